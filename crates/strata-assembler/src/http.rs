@@ -1,0 +1,182 @@
+//! The read side of the HTTP API: context bundles, assemblies, session state and events, raw
+//! artifacts, health. Every route but health authenticates with the tenant's API key, and every
+//! query is scoped to that tenant.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use strata_runtime::{auth, ApiError};
+
+use crate::{Assembler, ContextRequest, Error};
+
+/// The assembler and read routes.
+pub fn routes(assembler: Assembler) -> Router {
+    Router::new()
+        .route("/v1/sessions", get(list_sessions))
+        .route("/v1/sessions/{session}/context", post(context))
+        .route("/v1/sessions/{session}/state", get(state))
+        .route("/v1/sessions/{session}/events", get(events))
+        .route("/v1/assemblies/{assembly}", get(assembly))
+        .route("/v1/artifacts/{sha256}", get(artifact))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .with_state(assembler)
+}
+
+async fn tenant(a: &Assembler, headers: &HeaderMap) -> Result<String, ApiError> {
+    Ok(auth::authenticate(a.backends().store.as_ref(), headers)
+        .await?
+        .0)
+}
+
+fn store_error(e: strata_store::Error) -> ApiError {
+    ApiError::internal(&e)
+}
+
+async fn context(
+    State(a): State<Assembler>,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&a, &headers).await?;
+    let request: ContextRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        ContextRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("invalid context request: {e}")))?
+    };
+    match a.context(&tenant, &session, &request).await {
+        Ok(assembled) => Ok(Json(json!({
+            "payload": assembled.payload,
+            "assembly": assembled.assembly,
+        }))),
+        Err(e @ Error::NotFound { .. }) => Err(ApiError::not_found(e.to_string())),
+        Err(e @ Error::BadRequest(_)) => Err(ApiError::bad_request(e.to_string())),
+        Err(e) => Err(ApiError::internal(&e)),
+    }
+}
+
+async fn assembly(
+    State(a): State<Assembler>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&a, &headers).await?;
+    match a.backends().store.assembly(&tenant, &id).await {
+        Ok(Some(record)) => Ok(Json(record)),
+        Ok(None) => Err(ApiError::not_found(format!("assembly {id:?} not found"))),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+async fn list_sessions(
+    State(a): State<Assembler>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&a, &headers).await?;
+    let sessions = a
+        .backends()
+        .store
+        .sessions(&tenant)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(json!({ "sessions": sessions })))
+}
+
+async fn state(
+    State(a): State<Assembler>,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&a, &headers).await?;
+    match a.backends().store.session_fold(&tenant, &session).await {
+        Ok(Some(fold)) => Ok(Json(json!({
+            "session_id": fold.session_id,
+            "head_seq": fold.head_seq,
+            "event_count": fold.event_count,
+            "branches": fold.branches,
+            "open_tool_calls": fold.open_tool_calls.values().collect::<Vec<_>>(),
+            "stats": {"tool_failures": fold.tool_failures, "orphan_results": fold.orphan_results},
+        }))),
+        Ok(None) => Err(ApiError::not_found(format!(
+            "session {session:?} not found"
+        ))),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct EventsQuery {
+    #[serde(default)]
+    after_seq: u64,
+    #[serde(default = "default_limit")]
+    limit: u32,
+}
+
+fn default_limit() -> u32 {
+    1000
+}
+
+async fn events(
+    State(a): State<Assembler>,
+    Path(session): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&a, &headers).await?;
+    let events = a
+        .backends()
+        .store
+        .events(&tenant, &session, q.after_seq, q.limit.clamp(1, 10_000))
+        .await
+        .map_err(store_error)?;
+    Ok(Json(json!({ "events": events })))
+}
+
+async fn artifact(
+    State(a): State<Assembler>,
+    Path(sha256): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = tenant(&a, &headers).await?;
+    match a.backends().blobs.get_artifact(&tenant, &sha256).await {
+        Ok(Some(bytes)) => Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/octet-stream")],
+            bytes,
+        )
+            .into_response()),
+        Ok(None) => Err(ApiError::not_found(format!(
+            "artifact {sha256:?} not found"
+        ))),
+        Err(e @ strata_blob::Error::InvalidId(_)) => Err(ApiError::bad_request(e.to_string())),
+        Err(e) => Err(ApiError::internal(&e)),
+    }
+}
+
+async fn ready(State(a): State<Assembler>) -> Result<&'static str, ApiError> {
+    let b = a.backends();
+    b.log
+        .ping()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("log: {e}")))?;
+    b.store
+        .ping()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("projection store: {e}")))?;
+    b.hot
+        .ping()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("hot state: {e}")))?;
+    b.blobs
+        .ping()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("blob store: {e}")))?;
+    Ok("ready")
+}

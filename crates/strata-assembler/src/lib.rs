@@ -1,0 +1,222 @@
+//! The context assembler (SPEC §7): reads a snapshot of the projections, runs the core's pure
+//! [`strata_core::assembly::assemble`], and records the result on the log as a `ContextBuilt`
+//! event, so every assembly is itself replayable and auditable.
+//!
+//! A request reflects every event appended before it: the assembler waits, bounded, for the
+//! projections to reach the session's log head, and marks the assembly
+//! (`projection_complete: false`) when they did not in time.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::json;
+use strata_core::assembly::{assemble, Assembled, AssemblyRequest, Provider};
+use strata_core::payload::{ContextBuilt, Payload};
+use strata_core::tokens::O200k;
+use strata_core::Event;
+use strata_ingest::{Ingestor, Publisher};
+use strata_runtime::Backends;
+
+pub mod http;
+
+/// Errors of the assembler.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No such session (or branch) for this tenant.
+    #[error("session {session:?} (branch {branch:?}) not found")]
+    NotFound { session: String, branch: String },
+    /// A request parameter is invalid.
+    #[error("{0}")]
+    BadRequest(String),
+    #[error(transparent)]
+    Store(#[from] strata_store::Error),
+    #[error("could not record the assembly on the log: {0}")]
+    Record(String),
+}
+
+/// Options of the assembler.
+#[derive(Debug, Clone)]
+pub struct AssemblerOptions {
+    /// Newest messages of a branch lineage read per request.
+    pub window: u32,
+    /// Longest wait for the projections to reach the session's log head.
+    pub max_projection_wait: Duration,
+    /// Whether each assembly is appended to the log as `ContextBuilt`.
+    pub record_assemblies: bool,
+}
+
+impl Default for AssemblerOptions {
+    fn default() -> Self {
+        Self {
+            window: 1024,
+            max_projection_wait: Duration::from_secs(5),
+            record_assemblies: true,
+        }
+    }
+}
+
+/// What a caller asks for (the JSON body of `POST /v1/sessions/{id}/context`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextRequest {
+    #[serde(default)]
+    pub branch: Option<String>,
+    #[serde(default)]
+    pub participant: Option<String>,
+    #[serde(default)]
+    pub provider: Option<Provider>,
+    /// Token budget (capped by the window minus reserved output).
+    #[serde(default)]
+    pub budget: Option<u64>,
+    /// The request about to be sent, when not yet on the log.
+    #[serde(default)]
+    pub request: Option<String>,
+    /// Completed turns kept verbatim (default 3).
+    #[serde(default)]
+    pub verbatim_turns: Option<usize>,
+}
+
+/// The assembler service.
+#[derive(Debug, Clone)]
+pub struct Assembler {
+    backends: Backends,
+    ingestor: Arc<Ingestor>,
+    options: AssemblerOptions,
+}
+
+impl Assembler {
+    pub fn new(backends: Backends, ingestor: Arc<Ingestor>, options: AssemblerOptions) -> Self {
+        Self {
+            backends,
+            ingestor,
+            options,
+        }
+    }
+
+    pub fn backends(&self) -> &Backends {
+        &self.backends
+    }
+
+    /// Assembles the context of the next model call of `session` for `tenant`.
+    #[tracing::instrument(name = "assembler.context", skip(self, request))]
+    pub async fn context(
+        &self,
+        tenant: &str,
+        session: &str,
+        request: &ContextRequest,
+    ) -> Result<Assembled, Error> {
+        let started = Instant::now();
+        let branch = request
+            .branch
+            .clone()
+            .unwrap_or_else(|| strata_core::MAIN_BRANCH.to_owned());
+        if request.budget == Some(0) {
+            return Err(Error::BadRequest("budget must be at least 1 token".into()));
+        }
+        let complete = self.wait_for_projection(tenant, session).await?;
+        let snapshot = self
+            .backends
+            .store
+            .snapshot(
+                tenant,
+                session,
+                &branch,
+                request.participant.as_deref(),
+                self.options.window,
+            )
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                session: session.to_owned(),
+                branch: branch.clone(),
+            })?;
+        let snapshot_us = started.elapsed().as_micros() as u64;
+        let assembly_request = AssemblyRequest {
+            provider: request.provider.unwrap_or_default(),
+            budget: request.budget,
+            request: request.request.clone(),
+            verbatim_turns: request.verbatim_turns.unwrap_or(3),
+        };
+        let mut assembled = assemble(&snapshot, &assembly_request, &O200k);
+        assembled.assembly.projection_complete = complete;
+        assembled
+            .assembly
+            .timings_us
+            .insert("snapshot".into(), snapshot_us);
+        assembled.assembly.timings_us.insert(
+            "assemble".into(),
+            started.elapsed().as_micros() as u64 - snapshot_us,
+        );
+        if self.options.record_assemblies {
+            self.record(&assembled).await?;
+        }
+        Ok(assembled)
+    }
+
+    /// Waits until the projections hold every event ingest has assigned for the session.
+    async fn wait_for_projection(&self, tenant: &str, session: &str) -> Result<bool, Error> {
+        let b = &self.backends;
+        let Ok(Some(log_head)) = b.hot.log_head(tenant, session).await else {
+            // Nothing appended through this process's hot state: the projections are the truth.
+            return Ok(true);
+        };
+        let deadline = Instant::now() + self.options.max_projection_wait;
+        loop {
+            let projected = match b.hot.projected(tenant, session).await {
+                Ok(Some(p)) => p.projected_seq,
+                _ => b
+                    .store
+                    .session_fold(tenant, session)
+                    .await?
+                    .map(|f| f.head_seq)
+                    .unwrap_or(0),
+            };
+            if projected >= log_head {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    tenant,
+                    session,
+                    log_head,
+                    projected,
+                    "projections lag the log; assembling from what is projected"
+                );
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Appends the assembly to the log as a `ContextBuilt` event. Its id derives from the
+    /// assembly id, so recording the same assembly twice has one effect.
+    async fn record(&self, assembled: &Assembled) -> Result<(), Error> {
+        let a = &assembled.assembly;
+        let event = Event {
+            event_id: format!("ctx_{}", a.assembly_id),
+            tenant_id: a.tenant_id.clone(),
+            session_id: a.session_id.clone(),
+            branch_id: a.branch_id.clone(),
+            seq: None,
+            parent_event_id: None,
+            timestamp: strata_core::event::truncate_to_micros(chrono::Utc::now()),
+            actor: Some("strata-assembler".into()),
+            participant_id: Some(a.participant_id.clone()),
+            payload: Payload::ContextBuilt(ContextBuilt {
+                assembly_id: a.assembly_id.clone(),
+                context_tokens: a.context_tokens,
+                transcript_tokens: a.transcript_tokens,
+                assembly: serde_json::to_value(a).unwrap_or_else(|_| json!({})),
+                extra: Default::default(),
+            }),
+            causality: None,
+            extra: Default::default(),
+        };
+        self.ingestor
+            .ingest(&Publisher::Operator, vec![(event, None)])
+            .await
+            .map(|_| ())
+            .map_err(|e| Error::Record(e.to_string()))
+    }
+}

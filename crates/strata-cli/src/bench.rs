@@ -1,0 +1,227 @@
+//! `strata bench`: ingest, projection and assembly figures from one run, on a scratch data
+//! directory (the same embedded backends `strata dev` uses).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use strata_assembler::{Assembler, AssemblerOptions, ContextRequest};
+use strata_core::Event;
+use strata_ingest::{IngestOptions, Ingestor, Publisher};
+use strata_log::FsyncPolicy;
+use strata_runtime::{BackendOpts, Backends};
+
+const BATCH: usize = 1000;
+const TENANT: &str = "bench";
+
+pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
+    println!("strata bench: {events} small events, {assemblies} assemblies per session size");
+    println!(
+        "machine: {} cores; release build recommended (cargo run --release -p strata-cli -- bench)",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
+    println!();
+    println!("{:<52} {:>14}", "measure", "result");
+    for fsync in [FsyncPolicy::Always, FsyncPolicy::Never] {
+        let dir = tempfile::tempdir()?;
+        let opts = BackendOpts {
+            fsync,
+            ..BackendOpts::embedded(dir.path())
+        };
+        let backends = Backends::open(&opts, "strata bench").await?;
+        let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+        let all = small_events(events);
+        let started = Instant::now();
+        let mut batch = Vec::with_capacity(BATCH);
+        for e in all {
+            batch.push((e, None));
+            if batch.len() == BATCH {
+                ingestor
+                    .ingest(&Publisher::Operator, std::mem::take(&mut batch))
+                    .await?;
+            }
+        }
+        if !batch.is_empty() {
+            ingestor.ingest(&Publisher::Operator, batch).await?;
+        }
+        let ingest = started.elapsed();
+        println!(
+            "{:<52} {:>10.0} ev/s",
+            format!("ingest → file log (batches of {BATCH}, fsync {fsync:?})"),
+            events as f64 / ingest.as_secs_f64()
+        );
+        if fsync == FsyncPolicy::Always {
+            let started = Instant::now();
+            let applied = strata_projector::catch_up(&backends).await?;
+            let project = started.elapsed();
+            println!(
+                "{:<52} {:>10.0} ev/s",
+                "projector: file log → SQLite (batches of 2000)",
+                applied as f64 / project.as_secs_f64()
+            );
+        }
+    }
+
+    for size in [1_000u64, 10_000] {
+        let dir = tempfile::tempdir()?;
+        let opts = BackendOpts {
+            fsync: FsyncPolicy::Never,
+            ..BackendOpts::embedded(dir.path())
+        };
+        let backends = Backends::open(&opts, "strata bench").await?;
+        let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
+        let session = format!("bench-{size}");
+        let events = coding_session(&session, size);
+        for chunk in events.chunks(BATCH) {
+            ingestor
+                .ingest(
+                    &Publisher::Operator,
+                    chunk.iter().cloned().map(|e| (e, None)).collect(),
+                )
+                .await?;
+        }
+        strata_projector::catch_up(&backends).await?;
+        for record in [false, true] {
+            let assembler = Assembler::new(
+                backends.clone(),
+                ingestor.clone(),
+                AssemblerOptions {
+                    record_assemblies: record,
+                    ..AssemblerOptions::default()
+                },
+            );
+            let mut times = Vec::with_capacity(assemblies);
+            let mut last = None;
+            for i in 0..assemblies {
+                let request = ContextRequest {
+                    budget: Some(16_000),
+                    // A distinct request each time, so recorded assemblies are distinct events.
+                    request: Some(format!("next step {i}")),
+                    ..ContextRequest::default()
+                };
+                let started = Instant::now();
+                let a = assembler.context(TENANT, &session, &request).await?;
+                times.push(started.elapsed());
+                last = Some(a);
+            }
+            times.sort();
+            let p = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize];
+            println!(
+                "{:<52} {:>14}",
+                format!(
+                    "assembly, {size}-event session{}: p50 / p99",
+                    if record { " + ContextBuilt append" } else { "" }
+                ),
+                format!("{} / {}", ms(p(0.5)), ms(p(0.99)))
+            );
+            if let (false, Some(a)) = (record, last) {
+                println!(
+                    "{:<52} {:>14}",
+                    format!("  tokens, {size}-event session: context / transcript"),
+                    format!(
+                        "{} / {} ({:.1}% fewer)",
+                        a.assembly.context_tokens,
+                        a.assembly.transcript_tokens,
+                        100.0
+                            * (1.0
+                                - a.assembly.context_tokens as f64
+                                    / a.assembly.transcript_tokens.max(1) as f64)
+                    )
+                );
+            }
+            strata_projector::catch_up(&backends).await?;
+        }
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// `n` small events (~250 bytes each) spread over sessions of 1,000.
+fn small_events(n: u64) -> impl Iterator<Item = Event> {
+    (0..n).map(|i| {
+        let session = format!("small-{}", i / 1000);
+        Event::from_json(
+            json!({
+                "event_id": format!("ev-{i}"),
+                "tenant_id": TENANT,
+                "session_id": session,
+                "timestamp": "2026-06-03T10:00:00Z",
+                "type": "UserPromptSubmitted",
+                "payload": {"message_id": format!("m-{i}"), "text": "please run the tests again and tell me which ones fail"},
+            }),
+            None,
+        )
+        .expect("valid bench event")
+    })
+}
+
+/// A coding session of about `n` events: prompts, responses with tool calls, outputs of mixed
+/// sizes (some over the artifact threshold), file reads and writes.
+pub(crate) fn coding_session(session: &str, n: u64) -> Vec<Event> {
+    let mut out = Vec::with_capacity(n as usize);
+    let mut i = 0u64;
+    let mut push = |ty: &str, payload: serde_json::Value, out: &mut Vec<Event>| {
+        i += 1;
+        out.push(
+            Event::from_json(
+                json!({
+                    "event_id": format!("{session}-{i}"),
+                    "tenant_id": TENANT,
+                    "session_id": session,
+                    "timestamp": "2026-06-03T10:00:00Z",
+                    "type": ty,
+                    "payload": payload,
+                }),
+                None,
+            )
+            .expect("valid bench event"),
+        );
+    };
+    push(
+        "SessionStarted",
+        json!({"model": {"provider": "openai", "model": "gpt-4o"}, "context_window_tokens": 128000,
+               "reserved_output_tokens": 8000, "system_prompt": "You are a coding agent."}),
+        &mut out,
+    );
+    let mut step = 0u64;
+    while (out.len() as u64) < n {
+        step += 1;
+        if step % 10 == 1 {
+            push(
+                "UserPromptSubmitted",
+                json!({"message_id": format!("u{step}"), "text": format!("Task {step}: fix the next failing test and report back.")}),
+                &mut out,
+            );
+        }
+        let call = format!("c{step}");
+        push(
+            "ModelResponseReceived",
+            json!({"message_id": format!("a{step}"), "text": format!("Step {step}: running the tests for module {}.", step % 17),
+                   "tool_calls": [{"tool_call_id": call, "name": "run_tests", "args": {"filter": format!("mod{}", step % 17)}}]}),
+            &mut out,
+        );
+        let lines = if step.is_multiple_of(9) { 400 } else { 12 };
+        let output: String = (0..lines)
+            .map(|l| format!("test mod{}::case_{l} ... ok\n", step % 17))
+            .collect();
+        push(
+            "ToolCallFinished",
+            json!({"tool_call_id": call, "output": output, "is_error": step.is_multiple_of(13)}),
+            &mut out,
+        );
+        if step.is_multiple_of(5) {
+            push(
+                "FileWritten",
+                json!({"path": format!("src/mod{}.rs", step % 17), "bytes": 4096}),
+                &mut out,
+            );
+        }
+    }
+    out.truncate(n as usize);
+    out
+}

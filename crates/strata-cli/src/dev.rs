@@ -1,0 +1,64 @@
+//! `strata dev`: every service in one process behind one HTTP port, on the embedded default.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use strata_assembler::{Assembler, AssemblerOptions};
+use strata_ingest::{IngestOptions, Ingestor};
+use strata_projector::{Projector, ProjectorOptions};
+use strata_runtime::{auth, BackendOpts, Backends};
+use tokio::sync::watch;
+
+pub(crate) async fn run(opts: &BackendOpts, listen: SocketAddr) -> anyhow::Result<()> {
+    let backends = Backends::open(opts, "strata dev").await?;
+    let key = auth::ensure_dev_key(backends.store.as_ref(), &backends.data_dir).await?;
+    let caught_up = strata_projector::catch_up(&backends).await?;
+    tracing::info!(events = caught_up, "projections caught up with the log");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+
+    let projector = Projector::start(backends.clone(), ProjectorOptions::default()).await?;
+    let projector_task = tokio::spawn(projector.run(stopped(stop_rx.clone())));
+    let memory_backends = backends.clone();
+    let memory_stop = stopped(stop_rx.clone());
+    let memory_task = tokio::spawn(async move {
+        strata_memory::run(&memory_backends, strata_memory::DEFAULT_GROUP, memory_stop).await
+    });
+    let compactor_backends = backends.clone();
+    let compactor_stop = stopped(stop_rx.clone());
+    let compactor_task = tokio::spawn(async move {
+        strata_compactor::run(
+            &compactor_backends,
+            strata_compactor::DEFAULT_GROUP,
+            compactor_stop,
+        )
+        .await
+    });
+
+    let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
+    let assembler = Assembler::new(
+        backends.clone(),
+        ingestor.clone(),
+        AssemblerOptions::default(),
+    );
+    let router =
+        strata_ingest::http::routes(ingestor).merge(strata_assembler::http::routes(assembler));
+
+    println!("strata dev listening on http://{listen}");
+    println!("data directory: {}", backends.data_dir.display());
+    println!("dev api key (tenant {}): {key}", auth::DEV_TENANT);
+    let shutdown = async move {
+        strata_runtime::shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    };
+    strata_runtime::serve(router, listen, shutdown).await?;
+
+    projector_task.await??;
+    memory_task.await??;
+    compactor_task.await??;
+    println!("strata dev stopped");
+    Ok(())
+}

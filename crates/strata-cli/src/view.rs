@@ -1,0 +1,148 @@
+//! Human and JSON views of assemblies.
+
+use serde_json::{json, Value};
+use strata_core::assembly::{Assembled, BundleMessage, ContextAssembly};
+use strata_core::projection::truncate_chars;
+
+/// Prints an assembled context: one JSON object with `--json`, a readable report otherwise.
+pub(crate) fn print_context(assembled: &Assembled, as_json: bool) -> anyhow::Result<()> {
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "payload": assembled.payload,
+                "assembly": assembled.assembly,
+            }))?
+        );
+        return Ok(());
+    }
+    print!("{}", render_assembly(&assembled.assembly));
+    println!(
+        "\nWhat the model will see ({} messages):",
+        assembled.messages.len()
+    );
+    for m in &assembled.messages {
+        let (role, text) = match m {
+            BundleMessage::System { text } => ("system", text.clone()),
+            BundleMessage::User { text } => ("user", text.clone()),
+            BundleMessage::Assistant { text, tool_calls } => (
+                "assistant",
+                if tool_calls.is_empty() {
+                    text.clone()
+                } else {
+                    format!(
+                        "{text} [calls: {}]",
+                        tool_calls
+                            .iter()
+                            .map(|c| format!("{}({})", c.name, truncate_chars(&c.arguments, 60)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+            ),
+            BundleMessage::Tool {
+                tool_call_id,
+                content,
+                ..
+            } => ("tool", format!("{tool_call_id}: {content}")),
+        };
+        println!(
+            "  {role:<9} {}",
+            truncate_chars(&text.split_whitespace().collect::<Vec<_>>().join(" "), 140)
+        );
+    }
+    Ok(())
+}
+
+/// The readable report of an assembly record.
+pub(crate) fn render_assembly(a: &ContextAssembly) -> String {
+    let mut out = String::new();
+    let saved = if a.transcript_tokens > 0 {
+        100.0 * (1.0 - a.context_tokens as f64 / a.transcript_tokens as f64)
+    } else {
+        0.0
+    };
+    out.push_str(&format!(
+        "Assembly {} · session {} · branch {} · participant {}\n",
+        a.assembly_id, a.session_id, a.branch_id, a.participant_id
+    ));
+    out.push_str(&format!(
+        "Provider {} · model {} · policy {} · {}\n",
+        a.provider.as_str(),
+        a.model,
+        a.policy_version,
+        a.assembler_version
+    ));
+    out.push_str(&format!(
+        "Tokens ({}): context {} of budget {} · transcript replay {} · {:.1}% fewer{}\n",
+        a.tokenizer,
+        a.context_tokens,
+        a.budget_tokens,
+        a.transcript_tokens,
+        saved,
+        if a.over_budget {
+            " · OVER BUDGET (P0 alone exceeds it)"
+        } else {
+            ""
+        }
+    ));
+    if !a.projection_complete {
+        out.push_str(
+            "Warning: the projections had not reached the log head; newest events may be missing\n",
+        );
+    }
+    out.push_str(&format!("\nIncluded ({} segments):\n", a.included.len()));
+    for s in &a.included {
+        out.push_str(&format!(
+            "  {:?} {:<22} {:>7} tok  {:<9} {}  [{}]\n",
+            s.tier,
+            s.kind,
+            s.tokens,
+            s.rendering,
+            s.reason,
+            summarize_ids(&s.source_event_ids)
+        ));
+    }
+    out.push_str("\nOmitted:\n");
+    if a.omitted.is_empty() {
+        out.push_str("  nothing\n");
+    }
+    for (reason, n) in &a.omitted {
+        out.push_str(&format!(
+            "  {:<18} {n}\n",
+            serde_json::to_value(reason)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        ));
+    }
+    for o in a.omitted_items.iter().take(20) {
+        out.push_str(&format!(
+            "    {:?} {} ({} tok) [{}]\n",
+            o.tier,
+            o.kind,
+            o.tokens,
+            summarize_ids(&o.source_event_ids)
+        ));
+    }
+    out
+}
+
+fn summarize_ids(ids: &[String]) -> String {
+    match ids.len() {
+        0 => "-".into(),
+        1..=3 => ids.join(", "),
+        n => format!("{}, {} … {} ({n} events)", ids[0], ids[1], ids[n - 1]),
+    }
+}
+
+/// Prints a stored assembly record.
+pub(crate) fn print_assembly_record(record: &Value, as_json: bool) -> anyhow::Result<()> {
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(record)?);
+        return Ok(());
+    }
+    let a: ContextAssembly = serde_json::from_value(record.clone())?;
+    print!("{}", render_assembly(&a));
+    Ok(())
+}

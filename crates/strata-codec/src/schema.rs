@@ -1,0 +1,137 @@
+//! The bundled schema versions, parsed once.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use apache_avro::rabin::Rabin;
+use apache_avro::{GenericSingleObjectReader, Schema};
+use strata_core::EventType;
+
+/// Text of schema version 1 (`schemas/event.v1.avsc`).
+pub const SCHEMA_V1: &str = include_str!("../../../schemas/event.v1.avsc");
+/// Text of the current schema, version 2 (`schemas/event.avsc`).
+pub const SCHEMA_CURRENT: &str = include_str!("../../../schemas/event.avsc");
+
+/// Version of the schema [`crate::AvroCodec::encode`] writes with.
+pub const CURRENT_SCHEMA_VERSION: u32 = 2;
+
+/// Every schema version the codec can read, oldest first, with its text.
+const KNOWN: [(u32, &str); 2] = [(1, SCHEMA_V1), (CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT)];
+
+/// One known writer schema with everything precomputed that encoding and decoding need.
+pub(crate) struct Version {
+    /// Position in [`Registry::versions`].
+    pub(crate) index: usize,
+    pub(crate) version: u32,
+    pub(crate) schema: Schema,
+    /// CRC-64-AVRO of the Parsing Canonical Form, little-endian, as on the wire.
+    pub(crate) fingerprint: [u8; 8],
+    /// Decodes the datum with this schema (names resolved once, not per record).
+    pub(crate) reader: GenericSingleObjectReader,
+    /// Event type of each branch of the `payload` union, by position (`None`: not a known type).
+    pub(crate) payload_types: Vec<Option<EventType>>,
+    /// Position of each event type in the `payload` union.
+    pub(crate) payload_index: HashMap<EventType, u32>,
+}
+
+pub(crate) struct Registry {
+    /// Sorted by version; the last one is the current schema.
+    pub(crate) versions: Vec<Version>,
+}
+
+pub(crate) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| Registry {
+    versions: KNOWN
+        .iter()
+        .enumerate()
+        .map(|(index, &(version, text))| {
+            Version::parse(index, version, text)
+                .unwrap_or_else(|e| panic!("bundled avro schema version {version} is broken: {e}"))
+        })
+        .collect(),
+});
+
+impl Registry {
+    pub(crate) fn current(&self) -> &Version {
+        // KNOWN is a non-empty constant.
+        &self.versions[self.versions.len() - 1]
+    }
+
+    pub(crate) fn by_version(&self, version: u32) -> Option<&Version> {
+        self.versions.iter().find(|v| v.version == version)
+    }
+
+    pub(crate) fn by_fingerprint(&self, fingerprint: &[u8]) -> Option<&Version> {
+        self.versions
+            .iter()
+            .find(|v| v.fingerprint.as_slice() == fingerprint)
+    }
+
+    pub(crate) fn known_versions(&self) -> Vec<u32> {
+        self.versions.iter().map(|v| v.version).collect()
+    }
+}
+
+impl Version {
+    fn parse(index: usize, version: u32, text: &str) -> Result<Version, String> {
+        let schema = Schema::parse_str(text).map_err(|e| e.to_string())?;
+        let digest = schema.fingerprint::<Rabin>();
+        let fingerprint: [u8; 8] = digest
+            .bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| "rabin fingerprint is not 8 bytes".to_owned())?;
+        let payload_types = payload_record_names(&schema)?
+            .into_iter()
+            .map(|name| EventType::parse(&name))
+            .collect::<Vec<_>>();
+        let mut payload_index = HashMap::new();
+        for (i, ty) in payload_types.iter().enumerate() {
+            if let Some(ty) = ty {
+                let i = u32::try_from(i).map_err(|_| "payload union too large".to_owned())?;
+                payload_index.insert(*ty, i);
+            }
+        }
+        let reader = GenericSingleObjectReader::new(schema.clone()).map_err(|e| e.to_string())?;
+        Ok(Version {
+            index,
+            version,
+            schema,
+            fingerprint,
+            reader,
+            payload_types,
+            payload_index,
+        })
+    }
+}
+
+/// Names (without namespace) of the records in the `payload` union of an event schema.
+fn payload_record_names(schema: &Schema) -> Result<Vec<String>, String> {
+    let Schema::Record(record) = schema else {
+        return Err("the event schema is not a record".into());
+    };
+    let field = record
+        .fields
+        .iter()
+        .find(|f| f.name == "payload")
+        .ok_or("the event schema has no payload field")?;
+    let Schema::Union(union) = &field.schema else {
+        return Err("the payload field is not a union".into());
+    };
+    union
+        .variants()
+        .iter()
+        .map(|branch| match branch {
+            Schema::Record(r) => Ok(r.name.name.clone()),
+            other => Err(format!("payload union branch is not a record: {other:?}")),
+        })
+        .collect()
+}
+
+/// Formats a fingerprint as 16 lowercase hex digits, bytes in wire order.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(16), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}

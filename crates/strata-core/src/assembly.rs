@@ -1,0 +1,970 @@
+//! Context assembly (SPEC §7): from a snapshot of the projections to a provider-neutral bundle
+//! and the ContextAssembly record that explains it.
+//!
+//! The policy, in order of precedence:
+//! - **P0**, never dropped: the system prompt and tool schemas, the current request, pending tool
+//!   calls and the work of the current turn that they belong to.
+//! - **P1**: the task state (goal, acceptance criteria, plan, constraints, open questions, files,
+//!   unresolved errors) and the last turns verbatim. Turns are evicted whole; a tool call is
+//!   never separated from its result.
+//! - **P2**: decisions and key facts.
+//! - **P3**: older turns, as one-line digests with previews and artifact refs; first to go.
+//!
+//! Large tool outputs are never inlined: they appear as their preview plus the artifact ref; in
+//! turns older than the verbatim window, inline outputs are cut to a preview too.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::payload::{PrivacyClass, ToolSpec};
+use crate::projection::{truncate_chars, AgentState, ToolStatus};
+use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS};
+
+/// Version of the assembly policy; recorded in every assembly, part of its identity.
+pub const POLICY_VERSION: &str = "strata.assembly/1";
+/// Version of the assembler code.
+pub const ASSEMBLER_VERSION: &str = concat!("strata-assembler/", env!("CARGO_PKG_VERSION"));
+
+/// Characters of an inline output kept when it is shown as a preview.
+const PREVIEW_HEAD_CHARS: usize = 400;
+const PREVIEW_TAIL_CHARS: usize = 700;
+/// Salient lines (errors, failures) a preview keeps from the part it cuts out.
+const PREVIEW_SALIENT_LINES: usize = 8;
+/// Inline outputs of completed turns longer than this are shown by their salient lines.
+const COMPACT_INLINE_MAX_CHARS: usize = 1500;
+const COMPACT_MAX_CHARS: usize = 600;
+const DIGEST_TEXT_CHARS: usize = 160;
+
+/// The tiers of SPEC §7.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Tier {
+    P0,
+    P1,
+    P2,
+    P3,
+}
+
+/// Why something was left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OmissionReason {
+    /// Did not fit the token budget after everything of a higher tier.
+    Budget,
+    Stale,
+    Superseded,
+    OtherBranch,
+    OtherParticipant,
+    PrivacyProvider,
+    AuditOnly,
+    /// A tool result with no preceding call: never sent to a provider (invariant 1).
+    OrphanResult,
+}
+
+/// A message of the current branch lineage, with the tool calls it asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineMessage {
+    pub seq: u64,
+    pub event_id: String,
+    /// `user` or `assistant`.
+    pub role: String,
+    pub participant_id: String,
+    pub text: String,
+    pub tokens: u64,
+    pub tool_calls: Vec<ToolPair>,
+}
+
+/// A tool call and, when it has one, its result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolPair {
+    pub tool_call_id: String,
+    pub name: String,
+    pub args: String,
+    pub call_tokens: u64,
+    pub request_event_id: String,
+    pub request_seq: u64,
+    pub status: ToolStatus,
+    pub result_event_id: Option<String>,
+    pub output: Option<String>,
+    pub output_ref: Option<String>,
+    pub output_preview: Option<String>,
+    pub output_bytes: Option<u64>,
+    pub output_tokens: u64,
+    pub preview_tokens: u64,
+    pub error: Option<String>,
+    pub retryable: bool,
+    pub privacy_class: Option<PrivacyClass>,
+}
+
+/// What the assembler reads from the projections for one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub tenant_id: String,
+    pub session_id: String,
+    pub branch_id: String,
+    pub participant_id: String,
+    pub head_seq: u64,
+    pub model: String,
+    pub context_window_tokens: u32,
+    pub reserved_output_tokens: u32,
+    pub system_prompt: Option<String>,
+    pub system_prompt_tokens: u64,
+    pub session_started_event_id: Option<String>,
+    pub tools: Vec<ToolSpec>,
+    pub tools_tokens: u64,
+    pub state: AgentState,
+    /// Messages of the branch lineage, oldest first (a window of the newest ones).
+    pub messages: Vec<TimelineMessage>,
+    /// Messages older than the window, not loaded.
+    pub messages_before_window: u64,
+    /// Open tool calls of the lineage that have no message in the window (rare: a call requested
+    /// by `ToolCallRequested` alone, or older than the window).
+    pub loose_tool_calls: Vec<ToolPair>,
+    /// Tool calls announced standalone (`ToolCallRequested` without a response message).
+    pub transcript_tokens: u64,
+    pub orphan_results: u64,
+}
+
+/// Output format of the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    /// OpenAI-style chat completions.
+    #[default]
+    Openai,
+    /// Anthropic-style messages.
+    Anthropic,
+}
+
+impl std::str::FromStr for Provider {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "openai" => Ok(Provider::Openai),
+            "anthropic" => Ok(Provider::Anthropic),
+            _ => Err(format!(
+                "unknown provider {s:?}: expected openai or anthropic"
+            )),
+        }
+    }
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Openai => "openai",
+            Provider::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// What the caller asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssemblyRequest {
+    pub provider: Provider,
+    /// Token budget; defaults to the window minus reserved output, and never exceeds it.
+    pub budget: Option<u64>,
+    /// The request about to be sent, when it is not yet on the log.
+    pub request: Option<String>,
+    /// Completed turns kept verbatim before older ones are digested.
+    pub verbatim_turns: usize,
+}
+
+impl Default for AssemblyRequest {
+    fn default() -> Self {
+        Self {
+            provider: Provider::Openai,
+            budget: None,
+            request: None,
+            verbatim_turns: 3,
+        }
+    }
+}
+
+/// One included piece of context, with why it is there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub id: String,
+    pub kind: String,
+    pub tier: Tier,
+    pub reason: String,
+    pub source_event_ids: Vec<String>,
+    /// `verbatim`, `preview` or `digest`.
+    pub rendering: String,
+    pub tokens: u64,
+}
+
+/// Something considered and left out, with why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Omission {
+    pub kind: String,
+    pub tier: Tier,
+    pub reason: OmissionReason,
+    pub source_event_ids: Vec<String>,
+    pub tokens: u64,
+}
+
+/// The ContextAssembly record (SPEC §7): everything needed to answer "why X" and "why not Y".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextAssembly {
+    pub assembly_id: String,
+    pub tenant_id: String,
+    pub session_id: String,
+    pub branch_id: String,
+    pub participant_id: String,
+    pub provider: Provider,
+    pub model: String,
+    pub policy_version: String,
+    pub assembler_version: String,
+    pub tokenizer: String,
+    pub snapshot_seq: u64,
+    pub budget_tokens: u64,
+    pub context_tokens: u64,
+    pub transcript_tokens: u64,
+    /// Whether P0 content alone exceeded the budget (it is never dropped).
+    pub over_budget: bool,
+    pub included: Vec<Segment>,
+    pub omitted: BTreeMap<OmissionReason, u64>,
+    pub omitted_items: Vec<Omission>,
+    /// SHA-256 of the provider payload bytes.
+    pub payload_sha256: String,
+    /// Time spent, in microseconds, by phase (`snapshot`, `assemble`); not part of the identity.
+    #[serde(default)]
+    pub timings_us: BTreeMap<String, u64>,
+    /// False when the projections had not reached the session's log head in time: the bundle
+    /// then misses the newest events, and says so.
+    #[serde(default = "default_true")]
+    pub projection_complete: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// A provider-neutral message of the bundle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum BundleMessage {
+    System {
+        text: String,
+    },
+    User {
+        text: String,
+    },
+    Assistant {
+        text: String,
+        tool_calls: Vec<BundleToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BundleToolCall {
+    pub id: String,
+    pub name: String,
+    /// Arguments as compact JSON text.
+    pub arguments: String,
+}
+
+/// The compiled context: the messages, tool specs and the explanation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Assembled {
+    pub messages: Vec<BundleMessage>,
+    pub tools: Vec<ToolSpec>,
+    pub payload: Value,
+    pub assembly: ContextAssembly,
+}
+
+/// A unit that is included or left out as a whole.
+struct Unit {
+    kind: &'static str,
+    tier: Tier,
+    reason: String,
+    sources: Vec<String>,
+    rendering: &'static str,
+    messages: Vec<BundleMessage>,
+    tokens: u64,
+    /// Kept whatever the budget (the task state: invariant 5), though not P0.
+    protected: bool,
+    /// Position in the output: chronological by seq; state blocks come right after the system
+    /// prompt.
+    order: (u8, u64, u32),
+}
+
+/// Assembles the context for `snapshot`. Pure and deterministic: the same snapshot and request
+/// give byte-identical payloads.
+pub fn assemble(
+    snapshot: &Snapshot,
+    request: &AssemblyRequest,
+    tokens: &dyn TokenCounter,
+) -> Assembled {
+    let window_budget = u64::from(snapshot.context_window_tokens)
+        .saturating_sub(snapshot.reserved_output_tokens.into());
+    let budget = match request.budget {
+        Some(b) if window_budget > 0 => b.min(window_budget),
+        Some(b) => b,
+        None if window_budget > 0 => window_budget,
+        None => 128_000,
+    };
+
+    let mut units: Vec<Unit> = Vec::new();
+    let mut omitted_items: Vec<Omission> = Vec::new();
+
+    // P0: system prompt and tool schemas.
+    if let Some(prompt) = &snapshot.system_prompt {
+        units.push(Unit {
+            kind: "system_prompt",
+            tier: Tier::P0,
+            reason: "system instructions are always sent".into(),
+            sources: snapshot.session_started_event_id.iter().cloned().collect(),
+            rendering: "verbatim",
+            messages: vec![BundleMessage::System {
+                text: prompt.clone(),
+            }],
+            tokens: snapshot.system_prompt_tokens.max(tokens.count(prompt)),
+            protected: false,
+            order: (0, 0, 0),
+        });
+    }
+    let tool_tokens = snapshot.tools_tokens;
+
+    // Split messages into turns (a user message and what followed it).
+    let mut turns: Vec<Vec<&TimelineMessage>> = Vec::new();
+    for m in &snapshot.messages {
+        if m.role == "user" || turns.is_empty() {
+            turns.push(Vec::new());
+        }
+        turns.last_mut().expect("pushed").push(m);
+    }
+    let current_turn = turns.pop().unwrap_or_default();
+
+    // P0: the current request and the turn in progress, step by step (a step is one message
+    // with its tool pairs, so a call never leaves its result behind).
+    let mut current_steps: Vec<Unit> = Vec::new();
+    let mut pending_sources: Vec<String> = Vec::new();
+    for (i, m) in current_turn.iter().enumerate() {
+        let is_request = i == 0 && m.role == "user";
+        let has_open = m.tool_calls.iter().any(|c| c.status.is_open());
+        let (messages, sources, t) = render_message(m, Rendering::Current, tokens);
+        for c in m.tool_calls.iter().filter(|c| c.status.is_open()) {
+            pending_sources.push(c.request_event_id.clone());
+        }
+        let (tier, reason) = if is_request && request.request.is_none() {
+            (Tier::P0, "current request".to_owned())
+        } else if has_open {
+            (
+                Tier::P0,
+                "carries a pending tool call of the current turn".to_owned(),
+            )
+        } else {
+            (Tier::P1, "step of the current turn".to_owned())
+        };
+        current_steps.push(Unit {
+            kind: if m.role == "user" {
+                "user_message"
+            } else {
+                "assistant_step"
+            },
+            tier,
+            reason,
+            sources,
+            rendering: "verbatim",
+            messages,
+            tokens: t,
+            protected: false,
+            order: (2, m.seq, 0),
+        });
+    }
+    if let Some(text) = &request.request {
+        let t = tokens.count(text) + MESSAGE_OVERHEAD_TOKENS;
+        units.push(Unit {
+            kind: "current_request",
+            tier: Tier::P0,
+            reason: "current request (not yet on the log)".into(),
+            sources: vec![],
+            rendering: "verbatim",
+            messages: vec![BundleMessage::User { text: text.clone() }],
+            tokens: t,
+            protected: false,
+            order: (3, u64::MAX, 0),
+        });
+    }
+
+    // P0: pending tool calls, as a state note (an unanswered call cannot be sent to a provider
+    // as a message without its result).
+    let mut pending: Vec<&ToolPair> = snapshot
+        .messages
+        .iter()
+        .flat_map(|m| m.tool_calls.iter())
+        .chain(snapshot.loose_tool_calls.iter())
+        .filter(|c| c.status.is_open())
+        .collect();
+    pending.sort_by_key(|c| c.request_seq);
+    pending.dedup_by(|a, b| a.tool_call_id == b.tool_call_id);
+    if !pending.is_empty() {
+        let mut text = String::from("## Pending tool calls (no result yet)\n");
+        for c in &pending {
+            text.push_str(&format!(
+                "- {} `{}` {} — {}\n",
+                c.tool_call_id,
+                c.name,
+                truncate_chars(&c.args, 200),
+                if c.status == ToolStatus::AwaitingApproval {
+                    "awaiting approval"
+                } else {
+                    "awaiting result"
+                }
+            ));
+        }
+        let t = tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS;
+        units.push(Unit {
+            kind: "pending_tool_calls",
+            tier: Tier::P0,
+            reason: "pending tool calls are protected until resolved".into(),
+            sources: pending.iter().map(|c| c.request_event_id.clone()).collect(),
+            rendering: "verbatim",
+            messages: vec![BundleMessage::System { text }],
+            tokens: t,
+            protected: false,
+            order: (1, 0, 2),
+        });
+    }
+
+    // P1: task state; P2: decisions and facts.
+    let state = &snapshot.state;
+    let (state_text, state_sources) = render_state(state);
+    if !state_text.is_empty() {
+        let t = tokens.count(&state_text) + MESSAGE_OVERHEAD_TOKENS;
+        units.push(Unit {
+            kind: "task_state",
+            tier: Tier::P1,
+            reason: "goal, task, open questions, files and unresolved errors (always kept)".into(),
+            sources: state_sources,
+            rendering: "verbatim",
+            messages: vec![BundleMessage::System { text: state_text }],
+            tokens: t,
+            protected: true,
+            order: (1, 0, 0),
+        });
+    }
+    let (facts_text, facts_sources) = render_facts(state);
+    let facts_unit = (!facts_text.is_empty()).then(|| Unit {
+        kind: "decisions_and_facts",
+        tier: Tier::P2,
+        reason: "past decisions and key facts".into(),
+        tokens: tokens.count(&facts_text) + MESSAGE_OVERHEAD_TOKENS,
+        sources: facts_sources,
+        rendering: "verbatim",
+        messages: vec![BundleMessage::System { text: facts_text }],
+        protected: false,
+        order: (1, 0, 1),
+    });
+
+    // Completed turns, newest first: the last `verbatim_turns` verbatim (P1), older ones as
+    // digests (P3).
+    let mut turn_units: Vec<Unit> = Vec::new();
+    for (age, turn) in turns.iter().rev().enumerate() {
+        let verbatim = age < request.verbatim_turns;
+        let mode = if verbatim {
+            Rendering::Recent
+        } else {
+            Rendering::Digest
+        };
+        let mut messages = Vec::new();
+        let mut sources = Vec::new();
+        let mut t = 0;
+        for m in turn {
+            let (msgs, src, mt) = render_message(m, mode, tokens);
+            messages.extend(msgs);
+            sources.extend(src);
+            t += mt;
+        }
+        let first_seq = turn.first().map(|m| m.seq).unwrap_or(0);
+        turn_units.push(Unit {
+            kind: if verbatim { "turn" } else { "turn_digest" },
+            tier: if verbatim { Tier::P1 } else { Tier::P3 },
+            reason: if verbatim {
+                format!(
+                    "recent turn {} of {} kept verbatim",
+                    age + 1,
+                    request.verbatim_turns
+                )
+            } else {
+                "older turn, digested: one line per step with previews and artifact refs".into()
+            },
+            sources,
+            rendering: if verbatim { "verbatim" } else { "digest" },
+            messages,
+            tokens: t,
+            protected: false,
+            order: (2, first_seq, 0),
+        });
+    }
+
+    // Selection: P0 always; then the current turn's other steps newest first; then state,
+    // recent turns, facts, digests.
+    let mut used: u64 = tool_tokens + REPLY_PRIMING_TOKENS;
+    let mut selected: Vec<Unit> = Vec::new();
+    let mut consider = |unit: Unit, selected: &mut Vec<Unit>, omitted: &mut Vec<Omission>| {
+        if unit.tier == Tier::P0 || unit.protected || used + unit.tokens <= budget {
+            used += unit.tokens;
+            selected.push(unit);
+        } else {
+            omitted.push(Omission {
+                kind: unit.kind.to_owned(),
+                tier: unit.tier,
+                reason: OmissionReason::Budget,
+                source_event_ids: unit.sources,
+                tokens: unit.tokens,
+            });
+        }
+    };
+    let (p0_steps, other_steps): (Vec<Unit>, Vec<Unit>) =
+        current_steps.into_iter().partition(|u| u.tier == Tier::P0);
+    for u in units.into_iter().chain(p0_steps) {
+        consider(u, &mut selected, &mut omitted_items);
+    }
+    let mut rest: Vec<Unit> = Vec::new();
+    rest.extend(other_steps.into_iter().rev());
+    let (recent, old): (Vec<Unit>, Vec<Unit>) =
+        turn_units.into_iter().partition(|u| u.tier == Tier::P1);
+    rest.extend(recent);
+    rest.extend(facts_unit);
+    rest.extend(old);
+    // Once a turn of some tier does not fit, older turns of that tier are not considered, so the
+    // kept turns stay contiguous with the present.
+    let mut closed_tiers: Vec<Tier> = Vec::new();
+    for u in rest {
+        let is_turn = u.kind != "decisions_and_facts";
+        if is_turn && closed_tiers.contains(&u.tier) {
+            omitted_items.push(Omission {
+                kind: u.kind.to_owned(),
+                tier: u.tier,
+                reason: OmissionReason::Budget,
+                source_event_ids: u.sources,
+                tokens: u.tokens,
+            });
+            continue;
+        }
+        let before = selected.len();
+        consider(u, &mut selected, &mut omitted_items);
+        if selected.len() == before && is_turn {
+            closed_tiers.push(omitted_items.last().map(|o| o.tier).unwrap_or(Tier::P3));
+        }
+    }
+
+    selected.sort_by_key(|u| u.order);
+    let mut messages = Vec::new();
+    let mut included = Vec::new();
+    for (i, u) in selected.into_iter().enumerate() {
+        included.push(Segment {
+            id: format!("seg-{i:03}"),
+            kind: u.kind.to_owned(),
+            tier: u.tier,
+            reason: u.reason,
+            source_event_ids: u.sources,
+            rendering: u.rendering.to_owned(),
+            tokens: u.tokens,
+        });
+        messages.extend(u.messages);
+    }
+    let context_tokens = used;
+
+    let mut omitted: BTreeMap<OmissionReason, u64> = BTreeMap::new();
+    for o in &omitted_items {
+        *omitted.entry(o.reason).or_default() += 1;
+    }
+    if snapshot.messages_before_window > 0 {
+        *omitted.entry(OmissionReason::Budget).or_default() += snapshot.messages_before_window;
+    }
+    if snapshot.orphan_results > 0 {
+        omitted.insert(OmissionReason::OrphanResult, snapshot.orphan_results);
+    }
+
+    let payload = match request.provider {
+        Provider::Openai => crate::render::openai(&snapshot.model, &messages, &snapshot.tools),
+        Provider::Anthropic => crate::render::anthropic(
+            &snapshot.model,
+            &messages,
+            &snapshot.tools,
+            snapshot.reserved_output_tokens,
+        ),
+    };
+    let payload_bytes = serde_json::to_vec(&payload).expect("payload serializes");
+    let payload_sha256 = crate::sha256_hex(&payload_bytes);
+    let identity = format!(
+        "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{payload_sha256}",
+        snapshot.tenant_id,
+        snapshot.session_id,
+        snapshot.branch_id,
+        snapshot.participant_id,
+        request.provider.as_str(),
+        POLICY_VERSION,
+        budget,
+    );
+    let assembly_id = format!("asm_{}", &crate::sha256_hex(identity.as_bytes())[..24]);
+
+    Assembled {
+        assembly: ContextAssembly {
+            assembly_id,
+            tenant_id: snapshot.tenant_id.clone(),
+            session_id: snapshot.session_id.clone(),
+            branch_id: snapshot.branch_id.clone(),
+            participant_id: snapshot.participant_id.clone(),
+            provider: request.provider,
+            model: snapshot.model.clone(),
+            policy_version: POLICY_VERSION.into(),
+            assembler_version: ASSEMBLER_VERSION.into(),
+            tokenizer: tokens.name().into(),
+            snapshot_seq: snapshot.head_seq,
+            budget_tokens: budget,
+            context_tokens,
+            transcript_tokens: snapshot.transcript_tokens,
+            over_budget: context_tokens > budget,
+            included,
+            omitted,
+            omitted_items,
+            payload_sha256,
+            timings_us: BTreeMap::new(),
+            projection_complete: true,
+        },
+        messages,
+        tools: snapshot.tools.clone(),
+        payload,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rendering {
+    /// The turn in progress: messages verbatim, artifact outputs as their stored preview.
+    Current,
+    /// A recent completed turn: messages verbatim, long outputs by their salient lines.
+    Recent,
+    /// An older turn: one line per step.
+    Digest,
+}
+
+/// Renders one message with its tool pairs. Returns the messages, the source event ids and the
+/// tokens. Large outputs are shown as preview + artifact ref in every rendering.
+fn render_message(
+    m: &TimelineMessage,
+    mode: Rendering,
+    tokens: &dyn TokenCounter,
+) -> (Vec<BundleMessage>, Vec<String>, u64) {
+    let mut sources = vec![m.event_id.clone()];
+    let mut out = Vec::new();
+    let mut t = 0;
+    match mode {
+        Rendering::Current | Rendering::Recent => {
+            if m.role == "user" {
+                out.push(BundleMessage::User {
+                    text: m.text.clone(),
+                });
+                t += m.tokens;
+            } else {
+                // Only answered calls are sent as calls; open ones are listed as pending.
+                let answered: Vec<&ToolPair> = m
+                    .tool_calls
+                    .iter()
+                    .filter(|c| !c.status.is_open())
+                    .collect();
+                out.push(BundleMessage::Assistant {
+                    text: m.text.clone(),
+                    tool_calls: answered
+                        .iter()
+                        .map(|c| BundleToolCall {
+                            id: c.tool_call_id.clone(),
+                            name: c.name.clone(),
+                            arguments: c.args.clone(),
+                        })
+                        .collect(),
+                });
+                t += m.tokens;
+                for c in answered {
+                    sources.push(c.request_event_id.clone());
+                    sources.extend(c.result_event_id.clone());
+                    let (content, ct) = tool_content(c, mode == Rendering::Recent, tokens);
+                    t += c.call_tokens + ct + MESSAGE_OVERHEAD_TOKENS;
+                    out.push(BundleMessage::Tool {
+                        tool_call_id: c.tool_call_id.clone(),
+                        content,
+                        is_error: matches!(c.status, ToolStatus::Errored | ToolStatus::Failed),
+                    });
+                }
+            }
+        }
+        Rendering::Digest => {
+            let mut line = format!(
+                "[{} @{}] {}",
+                m.role,
+                m.seq,
+                truncate_chars(&m.text.replace('\n', " "), DIGEST_TEXT_CHARS)
+            );
+            for c in &m.tool_calls {
+                if c.status.is_open() {
+                    continue;
+                }
+                sources.push(c.request_event_id.clone());
+                sources.extend(c.result_event_id.clone());
+                let outcome = match (&c.error, &c.output_preview, &c.output) {
+                    (Some(e), _, _) => format!("failed: {}", truncate_chars(e, 120)),
+                    (None, Some(p), _) => truncate_chars(&one_line(last_lines(p, 2)), 160),
+                    (None, None, Some(o)) => truncate_chars(&one_line(last_lines(o, 2)), 160),
+                    _ => String::new(),
+                };
+                line.push_str(&format!(
+                    "\n  → {}({}) {}: {}{}",
+                    c.name,
+                    truncate_chars(&c.args, 80),
+                    c.status.as_str(),
+                    outcome,
+                    c.output_ref
+                        .as_deref()
+                        .map(|r| format!(" [full output: {r}]"))
+                        .unwrap_or_default()
+                ));
+            }
+            t += tokens.count(&line) + MESSAGE_OVERHEAD_TOKENS;
+            out.push(if m.role == "user" {
+                BundleMessage::User { text: line }
+            } else {
+                BundleMessage::Assistant {
+                    text: line,
+                    tool_calls: vec![],
+                }
+            });
+        }
+    }
+    sources.dedup();
+    (out, sources, t)
+}
+
+/// The content a tool result is sent with, and its tokens. `shorten` (completed turns) shows
+/// long outputs by their salient lines.
+fn tool_content(c: &ToolPair, shorten: bool, tokens: &dyn TokenCounter) -> (String, u64) {
+    if let Some(err) = &c.error {
+        let text = format!(
+            "tool failed{}: {err}",
+            if c.retryable { " (retryable)" } else { "" }
+        );
+        let t = tokens.count(&text);
+        return (text, t);
+    }
+    match (&c.output, &c.output_ref) {
+        (Some(o), None) if !shorten || o.chars().count() <= COMPACT_INLINE_MAX_CHARS => {
+            (o.clone(), c.output_tokens)
+        }
+        (Some(o), None) => {
+            let text = format!(
+                "[{} bytes of output shortened to its salient lines; full output in event {}]\n{}",
+                o.len(),
+                c.result_event_id.as_deref().unwrap_or("?"),
+                compact(o)
+            );
+            let t = tokens.count(&text);
+            (text, t)
+        }
+        (_, Some(r)) if shorten => {
+            let text = format!(
+                "[output stored as artifact {r}: {} bytes, {} tokens; salient lines:]\n{}",
+                c.output_bytes.unwrap_or(0),
+                c.output_tokens,
+                compact(c.output_preview.as_deref().unwrap_or_default())
+            );
+            let t = tokens.count(&text);
+            (text, t)
+        }
+        (_, Some(r)) => {
+            let header = format!(
+                "[output stored as artifact {r}: {} bytes, {} tokens; preview follows]\n",
+                c.output_bytes.unwrap_or(0),
+                c.output_tokens
+            );
+            let preview = c.output_preview.clone().unwrap_or_default();
+            let t = tokens.count(&header) + c.preview_tokens;
+            (header + &preview, t)
+        }
+        (None, None) => (String::new(), 0),
+    }
+}
+
+/// A preview of a long text: its head, the salient lines (errors, failures, panics) of the part
+/// in between, and its tail. Stored with every artifact so that the assembler never needs the
+/// raw bytes to show what an output said.
+pub fn preview(text: &str) -> String {
+    let chars = text.chars().count();
+    if chars <= PREVIEW_HEAD_CHARS + PREVIEW_TAIL_CHARS {
+        return text.to_owned();
+    }
+    let head_end = text
+        .char_indices()
+        .nth(PREVIEW_HEAD_CHARS)
+        .map(|(i, _)| i)
+        .unwrap_or(text.len());
+    let tail_start = text
+        .char_indices()
+        .nth(chars - PREVIEW_TAIL_CHARS)
+        .map(|(i, _)| i)
+        .unwrap_or(text.len());
+    let middle = &text[head_end..tail_start];
+    let salient: Vec<&str> = middle
+        .lines()
+        .filter(|l| is_salient(l))
+        .take(PREVIEW_SALIENT_LINES)
+        .collect();
+    let mut out = String::with_capacity(PREVIEW_HEAD_CHARS + PREVIEW_TAIL_CHARS + 400);
+    out.push_str(&text[..head_end]);
+    out.push_str(&format!(
+        "\n… [{} characters omitted",
+        chars - PREVIEW_HEAD_CHARS - PREVIEW_TAIL_CHARS
+    ));
+    if salient.is_empty() {
+        out.push_str("] …\n");
+    } else {
+        out.push_str("; salient lines:]\n");
+        for l in salient {
+            out.push_str(&truncate_chars(l.trim_end(), 200));
+            out.push('\n');
+        }
+        out.push_str("… […] …\n");
+    }
+    out.push_str(&text[tail_start..]);
+    out
+}
+
+/// Whether a line of tool output says something went wrong.
+fn is_salient(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    [
+        "error",
+        "fail",
+        "panic",
+        "assert",
+        "warning",
+        "exception",
+        "traceback",
+    ]
+    .iter()
+    .any(|w| l.contains(w))
+}
+
+/// The lines of an output that matter once its turn is over: the first line, the salient lines
+/// and the last two, at most `COMPACT_MAX_CHARS`.
+fn compact(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut keep: Vec<usize> = Vec::new();
+    if !lines.is_empty() {
+        keep.push(0);
+    }
+    keep.extend(
+        lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| is_salient(l))
+            .map(|(i, _)| i)
+            .take(6),
+    );
+    keep.extend(lines.len().saturating_sub(2)..lines.len());
+    keep.sort_unstable();
+    keep.dedup();
+    let mut out = String::new();
+    let mut prev: Option<usize> = None;
+    for i in keep {
+        if matches!(prev, Some(p) if i > p + 1) {
+            out.push_str("…\n");
+        }
+        out.push_str(&truncate_chars(lines[i].trim_end(), 200));
+        out.push('\n');
+        prev = Some(i);
+    }
+    truncate_chars(out.trim_end(), COMPACT_MAX_CHARS)
+}
+
+fn last_lines(s: &str, n: usize) -> &str {
+    let trimmed = s.trim_end();
+    let mut idx = trimmed.len();
+    for _ in 0..n {
+        match trimmed[..idx].rfind('\n') {
+            Some(i) => idx = i,
+            None => return trimmed,
+        }
+    }
+    &trimmed[idx + 1..]
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn render_state(s: &AgentState) -> (String, Vec<String>) {
+    let mut text = String::new();
+    let mut sources = Vec::new();
+    let mut one = |text: &mut String, title: &str, v: &Option<crate::projection::Sourced>| {
+        if let Some(v) = v {
+            text.push_str(&format!("{title}: {}\n", v.text));
+            sources.push(v.source_event_id.clone());
+        }
+    };
+    one(&mut text, "Goal", &s.goal);
+    one(&mut text, "Current task", &s.current_task);
+    one(&mut text, "Last verification", &s.last_verifier);
+    let mut list = |text: &mut String, title: &str, v: &[crate::projection::Sourced]| {
+        if !v.is_empty() {
+            text.push_str(&format!("{title}:\n"));
+            for item in v {
+                text.push_str(&format!("- {}\n", item.text));
+                sources.push(item.source_event_id.clone());
+            }
+        }
+    };
+    list(&mut text, "Acceptance criteria", &s.acceptance_criteria);
+    list(&mut text, "Plan", &s.plan);
+    list(&mut text, "Constraints", &s.constraints);
+    list(&mut text, "Open questions", &s.open_questions);
+    list(&mut text, "Files modified", &s.files_modified);
+    list(&mut text, "Files read", &s.files_read);
+    if !s.errors.is_empty() {
+        text.push_str("Unresolved errors:\n");
+        for e in &s.errors {
+            text.push_str(&format!(
+                "- {} ({}{}): {}\n",
+                e.tool,
+                e.tool_call_id,
+                if e.retryable { ", retryable" } else { "" },
+                e.message
+            ));
+            sources.push(e.source_event_id.clone());
+        }
+    }
+    if text.is_empty() {
+        return (text, sources);
+    }
+    sources.sort();
+    sources.dedup();
+    (format!("## Task state\n{text}"), sources)
+}
+
+fn render_facts(s: &AgentState) -> (String, Vec<String>) {
+    let mut text = String::new();
+    let mut sources = Vec::new();
+    for (title, v) in [("Decisions", &s.decisions), ("Key facts", &s.facts)] {
+        if !v.is_empty() {
+            text.push_str(&format!("{title}:\n"));
+            for item in v {
+                text.push_str(&format!("- {}\n", item.text));
+                sources.push(item.source_event_id.clone());
+            }
+        }
+    }
+    if text.is_empty() {
+        return (text, sources);
+    }
+    sources.sort();
+    sources.dedup();
+    (format!("## Decisions and facts\n{text}"), sources)
+}

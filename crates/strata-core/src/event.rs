@@ -1,0 +1,396 @@
+//! The canonical event: JSON contract v1 (SPEC §4).
+//!
+//! The JSON shape is fixed by the contract, so [`Event`] converts to and from
+//! [`serde_json::Value`] by hand instead of deriving: that way every field error can name the
+//! field (`payload.tool_call_id`) and unknown fields are kept, at the top level and in payloads.
+
+use std::fmt;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::payload::*;
+
+/// The branch every session starts on.
+pub const MAIN_BRANCH: &str = "main";
+
+/// One fact of an agent's work, as published to the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Idempotency key: publishing the same event twice has one effect.
+    pub event_id: String,
+    pub tenant_id: String,
+    pub session_id: String,
+    pub branch_id: String,
+    /// Per-session sequence number (all branches); assigned by ingest when absent.
+    pub seq: Option<u64>,
+    pub parent_event_id: Option<String>,
+    pub timestamp: DateTime<Utc>,
+    pub actor: Option<String>,
+    /// Defaults to the session's primary agent when absent.
+    pub participant_id: Option<String>,
+    pub payload: Payload,
+    pub causality: Option<Causality>,
+    /// Top-level fields this version does not know; kept and re-emitted as they came.
+    pub extra: Map<String, Value>,
+}
+
+/// Causal links of an event to the message, tool call or artifact it belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Causality {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_id: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A problem with one field of one event, as reported to the client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    /// Dotted path of the field, e.g. `payload.tool_call_id`.
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// All field errors found in one event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid event: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct InvalidEvent(pub Vec<FieldError>);
+
+const ENVELOPE_FIELDS: &[&str] = &[
+    "event_id",
+    "tenant_id",
+    "session_id",
+    "branch_id",
+    "seq",
+    "parent_event_id",
+    "timestamp",
+    "type",
+    "actor",
+    "participant_id",
+    "payload",
+    "causality",
+];
+
+/// Longest identifier accepted anywhere in the envelope.
+pub const MAX_ID_LEN: usize = 256;
+
+impl Event {
+    /// The `type` string of this event.
+    pub fn event_type(&self) -> EventType {
+        self.payload.event_type()
+    }
+
+    /// Parses one event from its JSON form. `default_tenant` fills a missing `tenant_id`
+    /// (ingest knows the tenant from the API key); every problem found is reported, not just the
+    /// first.
+    pub fn from_json(value: Value, default_tenant: Option<&str>) -> Result<Event, InvalidEvent> {
+        let Value::Object(mut obj) = value else {
+            return Err(InvalidEvent(vec![FieldError::new(
+                "",
+                format!("expected a JSON object, found {}", kind_of(&value)),
+            )]));
+        };
+        let mut errors = Vec::new();
+        let event_id = take_id(&mut obj, "event_id", true, &mut errors).unwrap_or_default();
+        let tenant_id = match take_id(&mut obj, "tenant_id", default_tenant.is_none(), &mut errors)
+        {
+            Some(t) => {
+                if !is_tenant_id(&t) {
+                    errors.push(FieldError::new(
+                        "tenant_id",
+                        "must be 1-64 characters of a-z, A-Z, 0-9, '-' or '_'",
+                    ));
+                }
+                t
+            }
+            None => default_tenant.unwrap_or_default().to_owned(),
+        };
+        let session_id = take_id(&mut obj, "session_id", true, &mut errors).unwrap_or_default();
+        let branch_id = take_id(&mut obj, "branch_id", false, &mut errors)
+            .unwrap_or_else(|| MAIN_BRANCH.to_owned());
+        let seq = match obj.shift_remove("seq") {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(s) if s >= 1 => Some(s),
+                _ => {
+                    errors.push(FieldError::new("seq", "must be an integer >= 1"));
+                    None
+                }
+            },
+            Some(other) => {
+                errors.push(FieldError::new(
+                    "seq",
+                    format!("expected an integer, found {}", kind_of(&other)),
+                ));
+                None
+            }
+        };
+        let parent_event_id = take_id(&mut obj, "parent_event_id", false, &mut errors);
+        let timestamp = match obj.shift_remove("timestamp") {
+            None | Some(Value::Null) => {
+                errors.push(FieldError::new("timestamp", "missing field"));
+                None
+            }
+            Some(Value::String(s)) => match DateTime::parse_from_rfc3339(&s) {
+                Ok(t) => Some(truncate_to_micros(t.with_timezone(&Utc))),
+                Err(e) => {
+                    errors.push(FieldError::new(
+                        "timestamp",
+                        format!("not an RFC 3339 timestamp ({e})"),
+                    ));
+                    None
+                }
+            },
+            Some(other) => {
+                errors.push(FieldError::new(
+                    "timestamp",
+                    format!("expected an RFC 3339 string, found {}", kind_of(&other)),
+                ));
+                None
+            }
+        };
+        let actor = take_id(&mut obj, "actor", false, &mut errors);
+        let participant_id = take_id(&mut obj, "participant_id", false, &mut errors);
+        let causality = match obj.shift_remove("causality") {
+            None | Some(Value::Null) => None,
+            Some(v) => match parse_at::<Causality>(v, "causality") {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
+            },
+        };
+        let type_name = match obj.shift_remove("type") {
+            Some(Value::String(s)) => Some(s),
+            None | Some(Value::Null) => {
+                errors.push(FieldError::new("type", "missing field"));
+                None
+            }
+            Some(other) => {
+                errors.push(FieldError::new(
+                    "type",
+                    format!("expected a string, found {}", kind_of(&other)),
+                ));
+                None
+            }
+        };
+        let payload_value = obj
+            .shift_remove("payload")
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        let payload = match type_name {
+            None => None,
+            Some(name) => match EventType::parse(&name) {
+                None => {
+                    errors.push(FieldError::new(
+                        "type",
+                        format!("unknown event type {name:?}"),
+                    ));
+                    None
+                }
+                Some(ty) => match Payload::from_json(ty, payload_value) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        errors.push(e);
+                        None
+                    }
+                },
+            },
+        };
+        if let Some(p) = &payload {
+            p.validate(&mut errors);
+        }
+        match (errors.is_empty(), timestamp, payload) {
+            (true, Some(timestamp), Some(payload)) => Ok(Event {
+                event_id,
+                tenant_id,
+                session_id,
+                branch_id,
+                seq,
+                parent_event_id,
+                timestamp,
+                actor,
+                participant_id,
+                payload,
+                causality,
+                extra: obj,
+            }),
+            _ => Err(InvalidEvent(errors)),
+        }
+    }
+
+    /// The canonical JSON form (what export writes and import reads back).
+    pub fn to_json(&self) -> Value {
+        let mut obj = Map::new();
+        obj.insert("event_id".into(), self.event_id.clone().into());
+        obj.insert("tenant_id".into(), self.tenant_id.clone().into());
+        obj.insert("session_id".into(), self.session_id.clone().into());
+        obj.insert("branch_id".into(), self.branch_id.clone().into());
+        if let Some(seq) = self.seq {
+            obj.insert("seq".into(), seq.into());
+        }
+        if let Some(p) = &self.parent_event_id {
+            obj.insert("parent_event_id".into(), p.clone().into());
+        }
+        obj.insert("timestamp".into(), format_timestamp(&self.timestamp).into());
+        obj.insert("type".into(), self.event_type().as_str().into());
+        if let Some(a) = &self.actor {
+            obj.insert("actor".into(), a.clone().into());
+        }
+        if let Some(p) = &self.participant_id {
+            obj.insert("participant_id".into(), p.clone().into());
+        }
+        obj.insert("payload".into(), self.payload.to_json());
+        if let Some(c) = &self.causality {
+            obj.insert(
+                "causality".into(),
+                serde_json::to_value(c).expect("causality serializes"),
+            );
+        }
+        for (k, v) in &self.extra {
+            if !ENVELOPE_FIELDS.contains(&k.as_str()) {
+                obj.insert(k.clone(), v.clone());
+            }
+        }
+        Value::Object(obj)
+    }
+
+    /// Whether a service derived this event from others (memories, compactions, assemblies).
+    /// Derived events are not part of the transcript a model would be re-sent.
+    pub fn is_derived(&self) -> bool {
+        self.event_type().is_derived()
+    }
+}
+
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Event::from_json(v, None).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Formats a timestamp the way the contract writes it: RFC 3339, UTC, `Z`, only as many
+/// fractional digits as needed.
+pub fn format_timestamp(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// The log's binary form keeps microseconds; normalising at the edge keeps JSON and Avro equal.
+pub fn truncate_to_micros(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
+}
+
+/// Whether `s` is an acceptable tenant id (it is used in storage keys).
+pub fn is_tenant_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+pub(crate) fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn take_id(
+    obj: &mut Map<String, Value>,
+    field: &str,
+    required: bool,
+    errors: &mut Vec<FieldError>,
+) -> Option<String> {
+    match obj.shift_remove(field) {
+        None | Some(Value::Null) => {
+            if required {
+                errors.push(FieldError::new(field, "missing field"));
+            }
+            None
+        }
+        Some(Value::String(s)) => {
+            if s.is_empty() {
+                errors.push(FieldError::new(field, "must not be empty"));
+                None
+            } else if s.len() > MAX_ID_LEN {
+                errors.push(FieldError::new(
+                    field,
+                    format!("longer than {MAX_ID_LEN} bytes"),
+                ));
+                None
+            } else if s.chars().any(char::is_control) {
+                errors.push(FieldError::new(field, "contains control characters"));
+                None
+            } else {
+                Some(s)
+            }
+        }
+        Some(other) => {
+            errors.push(FieldError::new(
+                field,
+                format!("expected a string, found {}", kind_of(&other)),
+            ));
+            None
+        }
+    }
+}
+
+/// Deserializes `value` and reports the failing field with its full path under `prefix`.
+pub(crate) fn parse_at<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." || path.is_empty() {
+            prefix.to_owned()
+        } else {
+            format!("{prefix}.{path}")
+        };
+        let message = e.into_inner().to_string();
+        // serde reports a missing field at the parent's path; name the field itself.
+        match message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.split('`').next())
+        {
+            Some(missing) => FieldError::new(format!("{field}.{missing}"), "missing field"),
+            None => FieldError::new(field, strip_position(&message)),
+        }
+    })
+}
+
+fn strip_position(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
+}

@@ -1,0 +1,507 @@
+//! Payloads of the v1 event types (SPEC §4). Unknown payload fields are kept in `extra`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::event::{parse_at, FieldError};
+
+macro_rules! event_types {
+    ($( $(#[$doc:meta])* $name:ident($ty:ty) $(derived = $derived:literal)? ),+ $(,)?) => {
+        /// The `type` of an event.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum EventType {
+            $( $(#[$doc])* $name, )+
+        }
+
+        impl EventType {
+            /// Every v1 type, in declaration order.
+            pub const ALL: &'static [EventType] = &[$(EventType::$name),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $(EventType::$name => stringify!($name)),+ }
+            }
+
+            pub fn parse(s: &str) -> Option<EventType> {
+                match s { $(stringify!($name) => Some(EventType::$name),)+ _ => None }
+            }
+
+            /// Written by a service from other events, not by an agent platform.
+            pub fn is_derived(self) -> bool {
+                match self { $(EventType::$name => false $(|| $derived)?),+ }
+            }
+        }
+
+        /// The typed payload of an event; its variant is the event's `type`.
+        #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
+        pub enum Payload {
+            $( $(#[$doc])* $name($ty), )+
+        }
+
+        impl Payload {
+            pub fn event_type(&self) -> EventType {
+                match self { $(Payload::$name(_) => EventType::$name),+ }
+            }
+
+            pub fn from_json(ty: EventType, value: Value) -> Result<Payload, FieldError> {
+                match ty { $(EventType::$name => parse_at::<$ty>(value, "payload").map(Payload::$name)),+ }
+            }
+
+            pub fn to_json(&self) -> Value {
+                match self {
+                    $(Payload::$name(p) => serde_json::to_value(p).expect("payload serializes")),+
+                }
+            }
+        }
+    };
+}
+
+event_types! {
+    /// A session begins: model, window, system prompt and tools.
+    SessionStarted(SessionStarted),
+    /// The user asks for something.
+    UserPromptSubmitted(UserPromptSubmitted),
+    /// The model answered, possibly requesting tool calls.
+    ModelResponseReceived(ModelResponseReceived),
+    /// A tool call was requested.
+    ToolCallRequested(ToolCallRequested),
+    /// A tool call returned (successfully or with `is_error`).
+    ToolCallFinished(ToolCallFinished),
+    /// A tool call could not run or crashed.
+    ToolCallFailed(ToolCallFailed),
+    /// The agent read a file.
+    FileRead(FileRead),
+    /// The agent wrote a file.
+    FileWritten(FileWritten),
+    /// The agent applied a diff.
+    DiffApplied(DiffApplied),
+    /// The agent stated its task state explicitly.
+    StateUpdated(StateUpdated),
+    /// A new branch starts at an event of an existing one.
+    BranchForked(BranchForked),
+    /// A child session was started for a subagent.
+    SubagentStarted(SubagentStarted),
+    /// A child session finished and reported.
+    SubagentFinished(SubagentFinished),
+    /// A child session's results were promoted to its parent.
+    SubagentPromoted(SubagentPromoted),
+    /// A human approval was asked for.
+    ApprovalRequested(ApprovalRequested),
+    /// A human approval was granted.
+    ApprovalGranted(ApprovalDecision),
+    /// A human approval was denied.
+    ApprovalDenied(ApprovalDecision),
+    /// A verifier (tests, linter, reviewer) reached a verdict.
+    VerifierFinished(VerifierFinished),
+    /// A governed memory was recorded (derived).
+    MemoryRecorded(MemoryRecorded) derived = true,
+    /// A memory was replaced by another (derived).
+    MemorySuperseded(MemorySuperseded) derived = true,
+    /// A compaction record was written (derived).
+    CompactionCompleted(CompactionCompleted) derived = true,
+    /// A context bundle was assembled (derived).
+    ContextBuilt(ContextBuilt) derived = true,
+}
+
+impl Payload {
+    /// Checks constraints serde cannot express; pushes problems onto `errors`.
+    pub(crate) fn validate(&self, errors: &mut Vec<FieldError>) {
+        fn non_empty(errors: &mut Vec<FieldError>, field: &str, value: &str) {
+            if value.trim().is_empty() {
+                errors.push(FieldError::new(
+                    format!("payload.{field}"),
+                    "must not be empty",
+                ));
+            }
+        }
+        match self {
+            Payload::UserPromptSubmitted(p) => non_empty(errors, "message_id", &p.message_id),
+            Payload::ModelResponseReceived(p) => {
+                non_empty(errors, "message_id", &p.message_id);
+                for (i, c) in p.tool_calls.iter().enumerate() {
+                    non_empty(
+                        errors,
+                        &format!("tool_calls[{i}].tool_call_id"),
+                        &c.tool_call_id,
+                    );
+                    non_empty(errors, &format!("tool_calls[{i}].name"), &c.name);
+                }
+            }
+            Payload::ToolCallRequested(p) => {
+                non_empty(errors, "tool_call_id", &p.tool_call_id);
+                non_empty(errors, "name", &p.name);
+            }
+            Payload::ToolCallFinished(p) => {
+                non_empty(errors, "tool_call_id", &p.tool_call_id);
+                if p.output.is_none() && p.output_ref.is_none() {
+                    errors.push(FieldError::new(
+                        "payload.output",
+                        "one of output or output_ref is required",
+                    ));
+                }
+                if p.output_ref.is_some() && (p.output_sha256.is_none() || p.output_bytes.is_none())
+                {
+                    errors.push(FieldError::new(
+                        "payload.output_ref",
+                        "output_ref needs output_sha256 and output_bytes",
+                    ));
+                }
+            }
+            Payload::ToolCallFailed(p) => non_empty(errors, "tool_call_id", &p.tool_call_id),
+            Payload::FileRead(p) => non_empty(errors, "path", &p.path),
+            Payload::FileWritten(p) => non_empty(errors, "path", &p.path),
+            Payload::DiffApplied(p) => non_empty(errors, "path", &p.path),
+            Payload::BranchForked(p) => {
+                non_empty(errors, "new_branch_id", &p.new_branch_id);
+                non_empty(errors, "from_event_id", &p.from_event_id);
+            }
+            Payload::SessionStarted(p) if p.reserved_output_tokens >= p.context_window_tokens => {
+                errors.push(FieldError::new(
+                    "payload.reserved_output_tokens",
+                    "must be smaller than context_window_tokens",
+                ));
+            }
+            Payload::MemoryRecorded(p) if p.source_refs.is_empty() => {
+                errors.push(FieldError::new(
+                    "payload.source_refs",
+                    "a memory needs at least one source ref",
+                ));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Provider and model name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRef {
+    pub provider: String,
+    pub model: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the arguments.
+    #[serde(default)]
+    pub schema: Value,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStarted {
+    pub model: ModelRef,
+    pub context_window_tokens: u32,
+    pub reserved_output_tokens: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_root: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<ToolSpec>>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserPromptSubmitted {
+    pub message_id: String,
+    pub text: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// One tool call requested inside a model response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub tool_call_id: String,
+    pub name: String,
+    #[serde(default)]
+    pub args: Value,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelResponseReceived {
+    pub message_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_run_id: Option<String>,
+    #[serde(default)]
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRequested {
+    pub tool_call_id: String,
+    pub name: String,
+    #[serde(default)]
+    pub args: Value,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Privacy classes of SPEC §7, from least to most protected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrivacyClass {
+    Public,
+    Internal,
+    Confidential,
+    Restricted,
+}
+
+/// Freshness classes of SPEC §6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FreshnessClass {
+    Volatile,
+    Session,
+    TimeBounded,
+    Durable,
+    Permanent,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallFinished {
+    pub tool_call_id: String,
+    /// The raw output, when small enough to travel inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// Artifact URI of an output stored in blob storage (`artifact:sha256:<hex>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_ref: Option<String>,
+    /// Head and tail of an output stored as an artifact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_preview: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_bytes: Option<u64>,
+    /// Tokens of the full output (o200k), measured by ingest before it was offloaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub is_error: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy_class: Option<PrivacyClass>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freshness_class: Option<FreshnessClass>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallFailed {
+    pub tool_call_id: String,
+    pub error: String,
+    #[serde(default)]
+    pub retryable: bool,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileRead {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileWritten {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiffApplied {
+    pub path: String,
+    pub diff: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Explicit state from the agent. Present fields replace the branch's current value; absent
+/// fields keep it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateUpdated {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptance_criteria: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraints: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decisions: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_questions: Option<Vec<String>>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BranchForked {
+    pub new_branch_id: String,
+    pub from_event_id: String,
+    /// `fork` (default) or `what_if`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubagentStarted {
+    pub child_session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubagentFinished {
+    pub child_session_id: String,
+    pub report: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<String>,
+    pub status: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubagentPromoted {
+    pub child_session_id: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequested {
+    pub approval_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Payload of `ApprovalGranted` and `ApprovalDenied`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalDecision {
+    pub approval_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerifierFinished {
+    pub check: String,
+    pub result: String,
+    #[serde(default)]
+    pub evidence_refs: Vec<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A governed memory (SPEC §6). The extractor that writes these is its own issue; the shape is
+/// fixed here so the log can carry them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryRecorded {
+    pub memory_id: String,
+    pub scope: String,
+    pub kind: String,
+    pub text: String,
+    pub source_refs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy_class: Option<PrivacyClass>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freshness_class: Option<FreshnessClass>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemorySuperseded {
+    pub memory_id: String,
+    pub superseded_by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompactionCompleted {
+    pub compaction_id: String,
+    pub first_event_id: String,
+    pub last_event_id: String,
+    pub first_kept_event_id: String,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    #[serde(default)]
+    pub summary: Value,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// An assembly was compiled for a model call; `assembly` is the full ContextAssembly record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextBuilt {
+    pub assembly_id: String,
+    pub context_tokens: u64,
+    pub transcript_tokens: u64,
+    #[serde(default)]
+    pub assembly: Value,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}

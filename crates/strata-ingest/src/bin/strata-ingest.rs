@@ -1,0 +1,38 @@
+//! `strata-ingest`: the ingest service (HTTP `POST /v1/events`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use clap::Parser;
+use strata_ingest::{http, IngestOptions, Ingestor};
+use strata_runtime::{BackendOpts, Backends};
+
+/// Validates, deduplicates and sequences events, and appends them to the log.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Opts {
+    #[command(flatten)]
+    backends: BackendOpts,
+    /// Address to listen on.
+    #[arg(long, env = "STRATA_LISTEN", default_value = "127.0.0.1:7700")]
+    listen: SocketAddr,
+    /// Tool outputs larger than this many bytes are stored as artifacts.
+    #[arg(long, env = "STRATA_ARTIFACT_THRESHOLD", default_value_t = strata_ingest::DEFAULT_ARTIFACT_THRESHOLD)]
+    artifact_threshold: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    strata_runtime::init_tracing("info");
+    let opts = Opts::parse();
+    let backends = Backends::open(&opts.backends, "strata-ingest").await?;
+    let ingestor = Arc::new(Ingestor::new(
+        backends,
+        IngestOptions {
+            artifact_threshold: opts.artifact_threshold,
+        },
+    ));
+    let router = http::routes(ingestor).route("/healthz", axum::routing::get(|| async { "ok" }));
+    strata_runtime::serve(router, opts.listen, strata_runtime::shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! `POST /v1/events`: append a batch of canonical events.
+//!
+//! Body: `{"events": [EVENT, ...]}` or a bare JSON array. Answers `200` with one outcome per
+//! event (`accepted` or `duplicate`), `400` with every field error (event index, event id, field,
+//! message), `401` without a valid key, `403` for another tenant's event, `409` when
+//! `expected_seq` or `seq` does not match the session head.
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use strata_runtime::{auth, ApiError};
+
+use crate::{IngestError, Ingestor, Publisher};
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The ingest routes.
+pub fn routes(ingestor: Arc<Ingestor>) -> Router {
+    Router::new()
+        .route("/v1/events", post(append_events))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(ingestor)
+}
+
+async fn append_events(
+    State(ingestor): State<Arc<Ingestor>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = auth::authenticate(ingestor.backends().store.as_ref(), &headers).await?;
+    let value: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
+    let events = match value {
+        Value::Array(events) => events,
+        Value::Object(mut obj) => match obj.remove("events") {
+            Some(Value::Array(events)) => events,
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "field events: expected an array of events",
+                ))
+            }
+            None => {
+                return Err(ApiError::bad_request(
+                    "missing field events: send {\"events\": [...]} or a JSON array",
+                ))
+            }
+        },
+        _ => {
+            return Err(ApiError::bad_request(
+                "request body must be {\"events\": [...]} or a JSON array of events",
+            ))
+        }
+    };
+    if events.is_empty() {
+        return Err(ApiError::bad_request("events: the batch is empty"));
+    }
+    match ingestor
+        .ingest_json(&Publisher::Tenant(tenant.0), events)
+        .await
+    {
+        Ok(outcomes) => Ok(Json(json!({ "results": outcomes }))),
+        Err(e) => Err(to_api_error(e)),
+    }
+}
+
+/// Maps an ingest refusal to its HTTP answer.
+pub fn to_api_error(e: IngestError) -> ApiError {
+    match e {
+        IngestError::Invalid(errors) => {
+            let message = e_summary(&errors);
+            ApiError::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "invalid_events",
+                message,
+            )
+            .with_details(json!({ "events": errors }))
+        }
+        e @ IngestError::WrongTenant { .. } => ApiError::forbidden(e.to_string()),
+        e @ IngestError::Conflict { .. } => ApiError::conflict(e.to_string()),
+        IngestError::Backend(cause) => {
+            let mut err = ApiError::internal(&cause);
+            err.status = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+            err.code = "unavailable";
+            err.message = "a backend is unavailable; nothing of this batch was accepted".into();
+            err
+        }
+    }
+}
+
+fn e_summary(errors: &[crate::EventErrors]) -> String {
+    let first = &errors[0];
+    let field = first
+        .errors
+        .first()
+        .map(|f| format!("{}: {}", f.field, f.message))
+        .unwrap_or_default();
+    format!(
+        "{} invalid event(s); event {}{}: {field}",
+        errors.len(),
+        first.index,
+        first
+            .event_id
+            .as_deref()
+            .map(|id| format!(" ({id})"))
+            .unwrap_or_default()
+    )
+}

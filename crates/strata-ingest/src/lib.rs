@@ -1,0 +1,494 @@
+//! The ingest service (SPEC §3–4): the only way events reach the log.
+//!
+//! For each batch, in this order, all or nothing:
+//! 1. parse and validate every event, reporting every field error with its event and field;
+//! 2. check that every event belongs to the caller's tenant;
+//! 3. drop events whose `event_id` was already accepted (they are reported as duplicates, with
+//!    the seq they got the first time);
+//! 4. assign per-session `seq` and check `expected_seq` / explicit `seq` (409 on conflict);
+//! 5. store tool outputs over the threshold as content-addressed artifacts, replacing them in
+//!    the event by `output_ref`, a preview, the hash, byte and token counts;
+//! 6. append the batch to the log (durable when this returns) and publish the new heads.
+//!
+//! Nothing is appended unless every event passed steps 1–4, and an artifact is always stored
+//! before the event that refers to it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+use strata_core::payload::Payload;
+use strata_core::tokens::{O200k, TokenCounter};
+use strata_core::{Event, FieldError};
+use strata_log::NewRecord;
+use strata_runtime::Backends;
+
+pub mod http;
+
+/// Default size above which a tool output is stored as an artifact.
+pub const DEFAULT_ARTIFACT_THRESHOLD: usize = 8 * 1024;
+
+/// Log header names (Kafka headers on the distributed backend).
+pub mod headers {
+    pub const EVENT_TYPE: &str = "event_type";
+    pub const TENANT: &str = "tenant_id";
+    pub const SCHEMA: &str = "schema_fingerprint";
+}
+
+/// Who is publishing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Publisher {
+    /// An API client: every event must belong to this tenant (a missing `tenant_id` is filled).
+    Tenant(String),
+    /// A trusted local operator (`strata import`) or an in-process service: events name their
+    /// own tenant.
+    Operator,
+}
+
+/// Errors of one event, by position in the batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventErrors {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    pub errors: Vec<FieldError>,
+}
+
+/// Why a batch was refused. Nothing of a refused batch is appended.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IngestError {
+    /// Some events are malformed.
+    #[error("{} invalid event(s); first: event {} {}", .0.len(), .0[0].index, .0[0].errors.first().map(ToString::to_string).unwrap_or_default())]
+    Invalid(Vec<EventErrors>),
+    /// An event names another tenant than the caller's key.
+    #[error("event {index} belongs to tenant {event_tenant:?}, but the api key is for tenant {key_tenant:?}")]
+    WrongTenant {
+        index: usize,
+        event_tenant: String,
+        key_tenant: String,
+    },
+    /// `expected_seq` or an explicit `seq` does not match the session's head.
+    #[error(
+        "event {index} ({event_id}): session {session_id} is at seq {head}, but the event {what}"
+    )]
+    Conflict {
+        index: usize,
+        event_id: String,
+        session_id: String,
+        head: u64,
+        what: String,
+    },
+    /// A backend failed; nothing of the batch was acknowledged.
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// What happened to one event of an accepted batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    pub event_id: String,
+    /// `accepted` or `duplicate`.
+    pub status: &'static str,
+    pub seq: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Set when the tool output was stored as an artifact.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_ref: Option<String>,
+}
+
+/// Options of ingest.
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    /// Tool outputs larger than this many bytes become artifacts.
+    pub artifact_threshold: usize,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        Self {
+            artifact_threshold: DEFAULT_ARTIFACT_THRESHOLD,
+        }
+    }
+}
+
+/// The ingest pipeline over a set of backends.
+#[derive(Debug)]
+pub struct Ingestor {
+    backends: Backends,
+    options: IngestOptions,
+    /// Serialises seq assignment and append within this process. Across processes the hot
+    /// state's compare-and-set on the session head is what guards `seq`.
+    append_lock: tokio::sync::Mutex<()>,
+}
+
+impl Ingestor {
+    pub fn new(backends: Backends, options: IngestOptions) -> Self {
+        Self {
+            backends,
+            options,
+            append_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn backends(&self) -> &Backends {
+        &self.backends
+    }
+
+    /// Parses and ingests a batch of JSON events (each may carry `expected_seq`).
+    pub async fn ingest_json(
+        &self,
+        publisher: &Publisher,
+        values: Vec<Value>,
+    ) -> Result<Vec<Outcome>, IngestError> {
+        let default_tenant = match publisher {
+            Publisher::Tenant(t) => Some(t.as_str()),
+            Publisher::Operator => None,
+        };
+        let mut parsed = Vec::with_capacity(values.len());
+        let mut invalid = Vec::new();
+        for (index, mut value) in values.into_iter().enumerate() {
+            let mut errors = Vec::new();
+            let expected = match value.as_object_mut().and_then(|o| o.remove("expected_seq")) {
+                None | Some(Value::Null) => None,
+                Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
+                Some(_) => {
+                    errors.push(FieldError::new(
+                        "expected_seq",
+                        "expected a non-negative integer (the session's current head seq)",
+                    ));
+                    None
+                }
+            };
+            let event_id = value
+                .get("event_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            match Event::from_json(value, default_tenant) {
+                Ok(e) if errors.is_empty() => parsed.push((e, expected)),
+                Ok(_) => invalid.push(EventErrors {
+                    index,
+                    event_id,
+                    errors,
+                }),
+                Err(e) => {
+                    errors.extend(e.0);
+                    invalid.push(EventErrors {
+                        index,
+                        event_id,
+                        errors,
+                    });
+                }
+            }
+        }
+        if !invalid.is_empty() {
+            return Err(IngestError::Invalid(invalid));
+        }
+        self.ingest(publisher, parsed).await
+    }
+
+    /// Ingests parsed events, each with an optional `expected_seq`.
+    #[tracing::instrument(name = "ingest.batch", skip_all, fields(events = events.len()))]
+    pub async fn ingest(
+        &self,
+        publisher: &Publisher,
+        events: Vec<(Event, Option<u64>)>,
+    ) -> Result<Vec<Outcome>, IngestError> {
+        if let Publisher::Tenant(key_tenant) = publisher {
+            for (index, (e, _)) in events.iter().enumerate() {
+                if &e.tenant_id != key_tenant {
+                    return Err(IngestError::WrongTenant {
+                        index,
+                        event_tenant: e.tenant_id.clone(),
+                        key_tenant: key_tenant.clone(),
+                    });
+                }
+            }
+        }
+        let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
+        let b = &self.backends;
+        let _guard = self.append_lock.lock().await;
+
+        // Duplicates: earlier in this batch, in the hot state, or already projected.
+        let mut by_tenant: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (e, _) in &events {
+            by_tenant
+                .entry(e.tenant_id.as_str())
+                .or_default()
+                .push(e.event_id.clone());
+        }
+        let mut known: HashMap<(String, String), u64> = HashMap::new();
+        for (tenant, ids) in &by_tenant {
+            let mut misses = Vec::new();
+            for id in ids {
+                match b
+                    .hot
+                    .accepted_seq(tenant, id)
+                    .await
+                    .map_err(|e| backend(&e))?
+                {
+                    Some(seq) => {
+                        known.insert(((*tenant).to_owned(), id.clone()), seq);
+                    }
+                    None => misses.push(id.clone()),
+                }
+            }
+            if !misses.is_empty() {
+                let found = b
+                    .store
+                    .projected_event_ids(tenant, &misses)
+                    .await
+                    .map_err(|e| backend(&e))?;
+                for id in found {
+                    // The seq is informative only; read it for the response.
+                    known.insert(((*tenant).to_owned(), id), 0);
+                }
+            }
+        }
+
+        // Sequence numbers.
+        let mut heads: HashMap<(String, String), (Option<u64>, u64)> = HashMap::new();
+        let mut outcomes: Vec<Outcome> = Vec::with_capacity(events.len());
+        let mut fresh: Vec<(usize, Event)> = Vec::new();
+        let mut seen_in_batch: HashMap<(String, String), u64> = HashMap::new();
+        for (index, (mut event, expected)) in events.into_iter().enumerate() {
+            let id_key = (event.tenant_id.clone(), event.event_id.clone());
+            if let Some(&seq) = seen_in_batch.get(&id_key).or(known.get(&id_key)) {
+                let seq = if seq == 0 {
+                    self.seq_of(&event).await.map_err(|e| backend(&e))?
+                } else {
+                    seq
+                };
+                outcomes.push(duplicate(&event.event_id, seq));
+                continue;
+            }
+            let skey = (event.tenant_id.clone(), event.session_id.clone());
+            if !heads.contains_key(&skey) {
+                let head = self
+                    .head_of(&skey.0, &skey.1)
+                    .await
+                    .map_err(|e| backend(&e))?;
+                heads.insert(skey.clone(), head);
+            }
+            let (_, head) = heads.get_mut(&skey).expect("inserted above");
+            if let Some(expected) = expected {
+                if expected != *head {
+                    return Err(IngestError::Conflict {
+                        index,
+                        event_id: event.event_id,
+                        session_id: event.session_id,
+                        head: *head,
+                        what: format!("expected seq {expected}"),
+                    });
+                }
+            }
+            match event.seq {
+                Some(seq) if seq != *head + 1 => {
+                    return Err(IngestError::Conflict {
+                        index,
+                        event_id: event.event_id,
+                        session_id: event.session_id,
+                        head: *head,
+                        what: format!("claims seq {seq} (the next seq is {})", *head + 1),
+                    })
+                }
+                _ => {}
+            }
+            *head += 1;
+            event.seq = Some(*head);
+            seen_in_batch.insert(id_key, *head);
+            outcomes.push(Outcome {
+                event_id: event.event_id.clone(),
+                status: "accepted",
+                seq: *head,
+                partition: None,
+                offset: None,
+                output_ref: None,
+            });
+            fresh.push((outcomes.len() - 1, event));
+        }
+        if fresh.is_empty() {
+            return Ok(outcomes);
+        }
+
+        // Large outputs become artifacts before the events that refer to them are appended.
+        for (slot, event) in &mut fresh {
+            if let Some(uri) = self.offload_output(event).await.map_err(|e| backend(&e))? {
+                outcomes[*slot].output_ref = Some(uri);
+            }
+        }
+
+        // Reserve the heads, append, publish.
+        let mut reserved: Vec<(String, String, Option<u64>)> = Vec::new();
+        for ((tenant, session), (old, new)) in &heads {
+            let ok = b
+                .hot
+                .compare_and_set_log_head(tenant, session, *old, *new)
+                .await
+                .map_err(|e| backend(&e))?;
+            if !ok {
+                self.release(&reserved, &heads).await;
+                return Err(IngestError::Conflict {
+                    index: 0,
+                    event_id: String::new(),
+                    session_id: session.clone(),
+                    head: old.unwrap_or(0),
+                    what: "raced with another writer; retry".into(),
+                });
+            }
+            reserved.push((tenant.clone(), session.clone(), *old));
+        }
+        let mut records = Vec::with_capacity(fresh.len());
+        let fingerprint = b.codec.fingerprint_hex().into_bytes();
+        for (_, event) in &fresh {
+            let value = match b.codec.encode(event) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.release(&reserved, &heads).await;
+                    return Err(backend(&e));
+                }
+            };
+            records.push(NewRecord {
+                key: event.session_id.as_bytes().to_vec(),
+                headers: vec![
+                    (
+                        headers::EVENT_TYPE.into(),
+                        event.event_type().as_str().as_bytes().to_vec(),
+                    ),
+                    (headers::TENANT.into(), event.tenant_id.as_bytes().to_vec()),
+                    (headers::SCHEMA.into(), fingerprint.clone()),
+                ],
+                value,
+                timestamp_ms: event.timestamp.timestamp_millis(),
+            });
+        }
+        let positions = match b.log.append(records).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.release(&reserved, &heads).await;
+                return Err(backend(&e));
+            }
+        };
+        let mut remembered: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+        for ((slot, event), pos) in fresh.iter().zip(positions) {
+            outcomes[*slot].partition = Some(pos.partition);
+            outcomes[*slot].offset = Some(pos.offset);
+            remembered
+                .entry(event.tenant_id.clone())
+                .or_default()
+                .push((event.event_id.clone(), event.seq.unwrap_or(0)));
+        }
+        for (tenant, ids) in remembered {
+            // The events are durable; failing to cache their ids only costs a store lookup.
+            if let Err(e) = b.hot.remember_accepted(&tenant, &ids).await {
+                tracing::warn!(error = %e, "could not cache accepted event ids");
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Gives back reserved heads after a failed append.
+    async fn release(
+        &self,
+        reserved: &[(String, String, Option<u64>)],
+        heads: &HashMap<(String, String), (Option<u64>, u64)>,
+    ) {
+        for (tenant, session, old) in reserved {
+            let new = heads[&(tenant.clone(), session.clone())].1;
+            if let Some(old) = old {
+                let _ = self
+                    .backends
+                    .hot
+                    .compare_and_set_log_head(tenant, session, Some(new), *old)
+                    .await;
+            }
+        }
+    }
+
+    /// The session's head seq: hot state first, else the projections.
+    async fn head_of(&self, tenant: &str, session: &str) -> Result<(Option<u64>, u64), String> {
+        let b = &self.backends;
+        if let Some(h) = b
+            .hot
+            .log_head(tenant, session)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            return Ok((Some(h), h));
+        }
+        let head = b
+            .store
+            .session_fold(tenant, session)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|f| f.head_seq)
+            .unwrap_or(0);
+        // Seed the hot state so the compare-and-set has something to compare with.
+        let seeded = if head > 0 {
+            b.hot
+                .compare_and_set_log_head(tenant, session, None, head)
+                .await
+                .map_err(|e| e.to_string())?;
+            Some(head)
+        } else {
+            None
+        };
+        Ok((seeded, head))
+    }
+
+    async fn seq_of(&self, event: &Event) -> Result<u64, String> {
+        self.backends
+            .store
+            .event_seq(&event.tenant_id, &event.session_id, &event.event_id)
+            .await
+            .map(|s| s.unwrap_or(0))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Moves a large inline tool output to blob storage; returns the artifact URI.
+    async fn offload_output(&self, event: &mut Event) -> Result<Option<String>, String> {
+        let Payload::ToolCallFinished(p) = &mut event.payload else {
+            return Ok(None);
+        };
+        let Some(output) = p.output.as_ref() else {
+            return Ok(None);
+        };
+        if output.len() <= self.options.artifact_threshold {
+            return Ok(None);
+        }
+        let output = p.output.take().expect("checked above");
+        let tokens = O200k.count(&output);
+        let preview = strata_core::assembly::preview(&output);
+        let stored = self
+            .backends
+            .blobs
+            .put_artifact(&event.tenant_id, Bytes::from(output))
+            .await
+            .map_err(|e| e.to_string())?;
+        p.output_ref = Some(stored.uri.clone());
+        p.output_preview = Some(preview);
+        p.output_sha256 = Some(stored.sha256);
+        p.output_bytes = Some(stored.bytes);
+        p.output_tokens = Some(tokens);
+        Ok(Some(stored.uri))
+    }
+}
+
+fn duplicate(event_id: &str, seq: u64) -> Outcome {
+    Outcome {
+        event_id: event_id.to_owned(),
+        status: "duplicate",
+        seq,
+        partition: None,
+        offset: None,
+        output_ref: None,
+    }
+}
+
+/// Shared handle to an [`Ingestor`].
+pub type SharedIngestor = Arc<Ingestor>;

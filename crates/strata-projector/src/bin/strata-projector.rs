@@ -1,0 +1,37 @@
+//! `strata-projector`: folds the log into the projections.
+
+use clap::Parser;
+use strata_projector::{Projector, ProjectorOptions};
+use strata_runtime::{BackendOpts, Backends};
+
+/// Consumes the log in the projector group and writes the projections.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Opts {
+    #[command(flatten)]
+    backends: BackendOpts,
+    /// Consumer group.
+    #[arg(long, env = "STRATA_PROJECTOR_GROUP", default_value = strata_projector::DEFAULT_GROUP)]
+    group: String,
+    /// Most records per transaction.
+    #[arg(long, default_value_t = 2000)]
+    batch_size: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    strata_runtime::init_tracing("info");
+    let opts = Opts::parse();
+    let backends = Backends::open(&opts.backends, "strata-projector").await?;
+    let projector = Projector::start(
+        backends,
+        ProjectorOptions {
+            group: opts.group,
+            batch_size: opts.batch_size,
+            ..ProjectorOptions::default()
+        },
+    )
+    .await?;
+    projector.run(strata_runtime::shutdown_signal()).await?;
+    Ok(())
+}

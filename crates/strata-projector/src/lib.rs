@@ -1,0 +1,340 @@
+//! The state projector (SPEC §3, §5): consumes the log in its consumer group, folds each event
+//! with the core's pure [`strata_core::projection::apply`], and writes the rows, the sessions'
+//! fold state and its consumer offsets to the projection store **in one transaction** per batch.
+//!
+//! Offsets live in the projection store, not in the log's group offsets: on every assignment the
+//! projector seeks to what the store says. A crash at any point therefore leaves the store at a
+//! batch boundary, and the next run resumes exactly there — no event lost, none applied twice.
+//! Events already projected (a re-sent record) are skipped by `event_id`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use strata_core::projection::{apply, Change, LogPosition, SessionFold};
+use strata_core::tokens::O200k;
+use strata_core::Event;
+use strata_hot::ProjectedSession;
+use strata_log::{LogConsumer, LogRecord};
+use strata_runtime::Backends;
+use strata_store::{Offsets, ProjectionBatch};
+
+/// The projector's consumer group.
+pub const DEFAULT_GROUP: &str = "strata-projector";
+
+/// Errors of the projector.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Log(#[from] strata_log::Error),
+    #[error(transparent)]
+    Store(#[from] strata_store::Error),
+    /// A record on the log is not a decodable event. The projector stops rather than skip it.
+    #[error("undecodable record at partition {partition} offset {offset}: {reason}")]
+    Undecodable {
+        partition: u32,
+        offset: u64,
+        reason: String,
+    },
+}
+
+/// Result with the projector's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Options of the projector.
+#[derive(Debug, Clone)]
+pub struct ProjectorOptions {
+    pub group: String,
+    /// Most records folded per transaction.
+    pub batch_size: usize,
+    /// How long one poll waits for new records.
+    pub poll_timeout: Duration,
+}
+
+impl Default for ProjectorOptions {
+    fn default() -> Self {
+        Self {
+            group: DEFAULT_GROUP.into(),
+            batch_size: 2000,
+            poll_timeout: Duration::from_millis(200),
+        }
+    }
+}
+
+/// What one batch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    pub records: usize,
+    pub applied: usize,
+    pub duplicates: usize,
+}
+
+/// A running projector: one member of the projector group.
+#[derive(Debug)]
+pub struct Projector {
+    backends: Backends,
+    options: ProjectorOptions,
+    consumer: Box<dyn LogConsumer>,
+    /// Fold state of sessions seen by this member, as committed.
+    folds: HashMap<(String, String), SessionFold>,
+    /// Next offset per assigned partition, as committed.
+    positions: Offsets,
+}
+
+impl Projector {
+    /// Joins the projector group.
+    pub async fn start(backends: Backends, options: ProjectorOptions) -> Result<Projector> {
+        let consumer = backends.log.subscribe(&options.group).await?;
+        Ok(Projector {
+            backends,
+            options,
+            consumer,
+            folds: HashMap::new(),
+            positions: Offsets::new(),
+        })
+    }
+
+    /// Polls once and projects what came; returns what it did.
+    pub async fn step(&mut self) -> Result<BatchStats> {
+        let polled = self
+            .consumer
+            .poll(self.options.batch_size, self.options.poll_timeout)
+            .await?;
+        if !polled.assigned.is_empty() || !polled.revoked.is_empty() {
+            self.on_rebalance(&polled.assigned, &polled.revoked).await?;
+            // Records fetched before the seek may start at the wrong offset: drop them.
+            return Ok(BatchStats::default());
+        }
+        if polled.records.is_empty() {
+            return Ok(BatchStats::default());
+        }
+        let result = self.project(&polled.records).await;
+        if result.is_err() {
+            // The store kept nothing of this batch: forget what we folded and go back to what
+            // the store says.
+            self.folds.clear();
+            let assigned = self.consumer.assignment();
+            self.on_rebalance(&assigned, &[]).await?;
+        }
+        result
+    }
+
+    async fn on_rebalance(&mut self, assigned: &[u32], revoked: &[u32]) -> Result<()> {
+        self.folds.clear();
+        for p in revoked {
+            self.positions.remove(p);
+        }
+        let stored = self.backends.store.offsets(&self.options.group).await?;
+        for &p in assigned {
+            let offset = stored.get(&p).copied().unwrap_or(0);
+            self.consumer.seek(p, offset)?;
+            self.positions.insert(p, offset);
+        }
+        tracing::info!(?assigned, ?revoked, "projector assignment changed");
+        Ok(())
+    }
+
+    /// Folds `records` and commits them with their offsets in one transaction.
+    #[tracing::instrument(name = "projector.batch", skip_all, fields(records = records.len()))]
+    async fn project(&mut self, records: &[LogRecord]) -> Result<BatchStats> {
+        let b = &self.backends;
+        let mut events = Vec::with_capacity(records.len());
+        for r in records {
+            let event = b.codec.decode(&r.value).map_err(|e| Error::Undecodable {
+                partition: r.partition,
+                offset: r.offset,
+                reason: e.to_string(),
+            })?;
+            events.push((r.position(), event));
+        }
+
+        // Which events are already projected (re-sent records).
+        let mut ids_by_tenant: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (_, e) in &events {
+            ids_by_tenant
+                .entry(&e.tenant_id)
+                .or_default()
+                .push(e.event_id.clone());
+        }
+        let mut already: HashSet<(String, String)> = HashSet::new();
+        for (tenant, ids) in ids_by_tenant {
+            for id in b.store.projected_event_ids(tenant, &ids).await? {
+                already.insert((tenant.to_owned(), id));
+            }
+        }
+
+        let mut changes: Vec<Change> = Vec::new();
+        let mut touched: Vec<(String, String)> = Vec::new();
+        let mut working: HashMap<(String, String), SessionFold> = HashMap::new();
+        let mut batch_seqs: HashMap<(String, String), u64> = HashMap::new();
+        let mut offsets = Offsets::new();
+        let mut stats = BatchStats {
+            records: records.len(),
+            ..BatchStats::default()
+        };
+        for (pos, event) in &events {
+            offsets.insert(pos.partition, pos.offset + 1);
+            let id_key = (event.tenant_id.clone(), event.event_id.clone());
+            if already.contains(&id_key) || batch_seqs.contains_key(&id_key) {
+                stats.duplicates += 1;
+                continue;
+            }
+            let skey = (event.tenant_id.clone(), event.session_id.clone());
+            if !working.contains_key(&skey) {
+                let fold = match self.folds.get(&skey) {
+                    Some(f) => f.clone(),
+                    None => b
+                        .store
+                        .session_fold(&skey.0, &skey.1)
+                        .await?
+                        .unwrap_or_else(|| SessionFold::new(&skey.0, &skey.1)),
+                };
+                working.insert(skey.clone(), fold);
+                touched.push(skey.clone());
+            }
+            let fork_seq = match &event.payload {
+                strata_core::Payload::BranchForked(p) => {
+                    match batch_seqs.get(&(event.tenant_id.clone(), p.from_event_id.clone())) {
+                        Some(&s) => Some(s),
+                        None => {
+                            b.store
+                                .event_seq(&event.tenant_id, &event.session_id, &p.from_event_id)
+                                .await?
+                        }
+                    }
+                }
+                _ => None,
+            };
+            let fold = working.get_mut(&skey).expect("inserted above");
+            changes.extend(apply(
+                fold,
+                event,
+                LogPosition {
+                    partition: pos.partition,
+                    offset: pos.offset,
+                },
+                fork_seq,
+                &O200k,
+            ));
+            batch_seqs.insert(id_key, event.seq.unwrap_or(fold.head_seq));
+            stats.applied += 1;
+        }
+
+        let folds: Vec<SessionFold> = touched.iter().map(|k| working[k].clone()).collect();
+        let started = Instant::now();
+        b.store
+            .commit_batch(ProjectionBatch {
+                group: self.options.group.clone(),
+                changes,
+                folds,
+                offsets: offsets.clone(),
+            })
+            .await?;
+        tracing::debug!(
+            applied = stats.applied,
+            duplicates = stats.duplicates,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "projected batch"
+        );
+        self.positions.extend(offsets);
+        for key in touched {
+            let fold = working
+                .remove(&key)
+                .expect("touched sessions are in working");
+            publish(&self.backends, &fold).await;
+            self.folds.insert(key, fold);
+        }
+        Ok(stats)
+    }
+
+    /// Projects until every assigned partition has reached the log's end as of this call.
+    /// Returns the number of events applied.
+    pub async fn catch_up(&mut self) -> Result<u64> {
+        let end = self.backends.log.end_offsets().await?;
+        let mut applied = 0u64;
+        loop {
+            if !self.consumer.assignment().is_empty()
+                && self
+                    .consumer
+                    .assignment()
+                    .iter()
+                    .all(|p| self.positions.get(p).copied().unwrap_or(0) >= end[*p as usize])
+            {
+                return Ok(applied);
+            }
+            applied += self.step().await?.applied as u64;
+        }
+    }
+
+    /// Runs until `shutdown` resolves, then finishes the batch in hand and leaves the group.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        tokio::pin!(shutdown);
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                r = self.step() => match r {
+                    Ok(_) => backoff = Duration::from_millis(100),
+                    Err(e @ Error::Undecodable { .. }) => return Err(e),
+                    Err(e) => {
+                        tracing::error!(error = %e, retry_in_ms = backoff.as_millis() as u64, "projector batch failed");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                    }
+                },
+            }
+        }
+        self.consumer.close().await?;
+        tracing::info!("projector stopped");
+        Ok(())
+    }
+
+    /// Next offset per assigned partition, as committed.
+    pub fn positions(&self) -> &Offsets {
+        &self.positions
+    }
+}
+
+/// Publishes a session's projected state to the hot state. Best effort: the store has it.
+async fn publish(backends: &Backends, fold: &SessionFold) {
+    let state = fold
+        .branches
+        .get(strata_core::MAIN_BRANCH)
+        .map(|b| b.state.clone())
+        .unwrap_or_default();
+    let value = ProjectedSession {
+        projected_seq: fold.head_seq,
+        state,
+        open_tool_calls: fold.open_tool_calls.values().cloned().collect(),
+    };
+    if let Err(e) = backends
+        .hot
+        .put_projected(&fold.tenant_id, &fold.session_id, value)
+        .await
+    {
+        tracing::warn!(error = %e, "could not publish projected state to hot state");
+    }
+}
+
+/// Projects the whole log up to its current end with a fresh projector (what every embedded CLI
+/// verb does before it answers).
+pub async fn catch_up(backends: &Backends) -> Result<u64> {
+    let mut p = Projector::start(backends.clone(), ProjectorOptions::default()).await?;
+    let applied = p.catch_up().await?;
+    p.consumer.close().await?;
+    Ok(applied)
+}
+
+/// Decodes a record into an event (shared with other consumers).
+pub fn decode(backends: &Backends, r: &LogRecord) -> Result<Event> {
+    backends
+        .codec
+        .decode(&r.value)
+        .map_err(|e| Error::Undecodable {
+            partition: r.partition,
+            offset: r.offset,
+            reason: e.to_string(),
+        })
+}

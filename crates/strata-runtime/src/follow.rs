@@ -1,0 +1,62 @@
+//! A plain consumer loop for services that read the log in their own group and keep their
+//! offsets in the log's group offsets (the memory extractor and compactor).
+
+use std::future::Future;
+use std::time::Duration;
+
+use strata_core::Event;
+
+use crate::Backends;
+
+/// Counts of what [`follow_log`] saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FollowStats {
+    pub events: u64,
+    pub undecodable: u64,
+}
+
+/// Consumes the log as group `group` until `shutdown` resolves, handing each decoded event to
+/// `handle` and committing offsets after each batch is handled. Undecodable records are logged
+/// with their position and counted, never passed on silently.
+pub async fn follow_log<F>(
+    backends: &Backends,
+    group: &str,
+    shutdown: impl Future<Output = ()>,
+    mut handle: F,
+) -> Result<FollowStats, strata_log::Error>
+where
+    F: FnMut(&Event),
+{
+    let mut consumer = backends.log.subscribe(group).await?;
+    let mut stats = FollowStats::default();
+    tokio::pin!(shutdown);
+    loop {
+        let polled = tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            p = consumer.poll(1000, Duration::from_millis(200)) => p?,
+        };
+        if polled.records.is_empty() {
+            continue;
+        }
+        let mut offsets = crate::Offsets::new();
+        for r in &polled.records {
+            match backends.codec.decode(&r.value) {
+                Ok(event) => {
+                    stats.events += 1;
+                    handle(&event);
+                }
+                Err(e) => {
+                    stats.undecodable += 1;
+                    tracing::error!(group, partition = r.partition, offset = r.offset, error = %e,
+                        "undecodable record");
+                }
+            }
+            offsets.insert(r.partition, r.offset + 1);
+        }
+        consumer.commit(&offsets).await?;
+    }
+    consumer.close().await?;
+    tracing::info!(group, events = stats.events, "consumer stopped");
+    Ok(stats)
+}

@@ -1,0 +1,262 @@
+//! Plumbing shared by Strata's service binaries and the `strata` CLI: backends chosen by URL
+//! ([`BackendOpts`], [`Backends`]), the data-directory lock ([`DataDirLock`]), per-tenant API keys
+//! ([`auth`]), JSON errors for HTTP ([`ApiError`]), logging and shutdown.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use strata_blob::BlobStore;
+use strata_codec::AvroCodec;
+use strata_hot::HotState;
+use strata_log::{EventLog, FileLogOptions, FsyncPolicy};
+use strata_store::ProjectionStore;
+
+pub mod auth;
+mod error;
+mod lock;
+
+pub use error::ApiError;
+pub use lock::DataDirLock;
+
+/// Errors while bringing the backends up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Log(#[from] strata_log::Error),
+    #[error(transparent)]
+    Store(#[from] strata_store::Error),
+    #[error(transparent)]
+    Hot(#[from] strata_hot::Error),
+    #[error(transparent)]
+    Blob(#[from] strata_blob::Error),
+    /// The data directory is locked by another process, or cannot be locked.
+    #[error("{0}")]
+    Locked(String),
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Backend URLs (SPEC §3), from flags or the environment. Unset URLs default to the embedded
+/// backends under `--data-dir`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackendOpts {
+    /// Directory of the embedded backends (log, database, blobs).
+    #[arg(long, global = true, env = "STRATA_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// Event log URL [default: file://DATA_DIR/log].
+    #[arg(long = "log", global = true, env = "STRATA_LOG")]
+    pub log_url: Option<String>,
+    /// Projection store URL [default: sqlite://DATA_DIR/strata.db].
+    #[arg(long = "db", global = true, env = "STRATA_DB")]
+    pub db_url: Option<String>,
+    /// Hot state URL [default: memory://].
+    #[arg(long = "hot", global = true, env = "STRATA_HOT")]
+    pub hot_url: Option<String>,
+    /// Blob store URL [default: file://DATA_DIR/blobs].
+    #[arg(long = "blob", global = true, env = "STRATA_BLOB")]
+    pub blob_url: Option<String>,
+    /// When the file log fsyncs: always, never or interval:<ms>.
+    #[arg(long, global = true, env = "STRATA_FSYNC", default_value = "always")]
+    pub fsync: FsyncPolicy,
+    /// Partitions of a new file log.
+    #[arg(long, global = true, env = "STRATA_PARTITIONS", default_value_t = 8)]
+    pub partitions: u32,
+}
+
+impl Default for BackendOpts {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./data"),
+            log_url: None,
+            db_url: None,
+            hot_url: None,
+            blob_url: None,
+            fsync: FsyncPolicy::Always,
+            partitions: 8,
+        }
+    }
+}
+
+impl BackendOpts {
+    /// Options for an embedded data directory.
+    pub fn embedded(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            ..Self::default()
+        }
+    }
+
+    fn under(&self, name: &str) -> String {
+        self.data_dir.join(name).display().to_string()
+    }
+
+    pub fn log_url(&self) -> String {
+        self.log_url
+            .clone()
+            .unwrap_or_else(|| format!("file://{}", self.under("log")))
+    }
+
+    pub fn db_url(&self) -> String {
+        self.db_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.under("strata.db")))
+    }
+
+    pub fn hot_url(&self) -> String {
+        self.hot_url.clone().unwrap_or_else(|| "memory://".into())
+    }
+
+    pub fn blob_url(&self) -> String {
+        self.blob_url
+            .clone()
+            .unwrap_or_else(|| format!("file://{}", self.under("blobs")))
+    }
+
+    /// Whether any backend lives in the data directory (then one process owns it at a time).
+    pub fn uses_data_dir(&self) -> bool {
+        let embedded = |u: &str| u.starts_with("file://") || u.starts_with("sqlite://");
+        embedded(&self.log_url()) || embedded(&self.db_url()) || embedded(&self.blob_url())
+    }
+}
+
+/// The four backends of a Strata process, plus the wire codec.
+#[derive(Debug, Clone)]
+pub struct Backends {
+    pub log: Arc<dyn EventLog>,
+    pub store: Arc<dyn ProjectionStore>,
+    pub hot: Arc<dyn HotState>,
+    pub blobs: BlobStore,
+    pub codec: AvroCodec,
+    pub data_dir: PathBuf,
+    _lock: Option<Arc<DataDirLock>>,
+}
+
+impl Backends {
+    /// Opens every backend `opts` names. When one lives in the data directory, the directory is
+    /// locked first for `holder` (a short description of this process, shown to others).
+    pub async fn open(opts: &BackendOpts, holder: &str) -> Result<Backends, Error> {
+        let lock = if opts.uses_data_dir() {
+            std::fs::create_dir_all(&opts.data_dir).map_err(|source| Error::Io {
+                path: opts.data_dir.clone(),
+                source,
+            })?;
+            Some(Arc::new(DataDirLock::acquire(&opts.data_dir, holder)?))
+        } else {
+            None
+        };
+        let log = strata_log::open(
+            &opts.log_url(),
+            FileLogOptions {
+                partitions: opts.partitions,
+                fsync: opts.fsync,
+                ..FileLogOptions::default()
+            },
+        )
+        .await?;
+        let store = strata_store::open(&opts.db_url()).await?;
+        let hot = strata_hot::open(&opts.hot_url())?;
+        let blobs = BlobStore::open(&opts.blob_url())?;
+        Ok(Backends {
+            log,
+            store,
+            hot,
+            blobs,
+            codec: AvroCodec::new(),
+            data_dir: opts.data_dir.clone(),
+            _lock: lock,
+        })
+    }
+
+    /// Path of a file inside the data directory.
+    pub fn data_path(&self, name: &str) -> PathBuf {
+        self.data_dir.join(name)
+    }
+}
+
+/// Installs the `tracing` subscriber: `RUST_LOG` filters (default `default_level`, e.g. `info`),
+/// `STRATA_LOG_FORMAT=json` switches to JSON lines. Logs go to standard error.
+pub fn init_tracing(default_level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if std::env::var("STRATA_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Resolves when the process is asked to stop: Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown requested");
+}
+
+/// Whether `path` exists and is a directory (for messages).
+pub fn is_dir(path: &Path) -> bool {
+    path.is_dir()
+}
+
+pub mod follow;
+
+/// Next offset per partition.
+pub type Offsets = strata_log::Offsets;
+
+/// Serves `router` on `listen` until `shutdown` resolves, then finishes in-flight requests.
+pub async fn serve(
+    router: axum::Router,
+    listen: std::net::SocketAddr,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    tracing::info!(address = %listener.local_addr()?, "listening");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+impl Backends {
+    /// Assembles backends opened elsewhere (tests, benchmarks).
+    pub fn from_parts(
+        log: Arc<dyn EventLog>,
+        store: Arc<dyn ProjectionStore>,
+        hot: Arc<dyn HotState>,
+        blobs: BlobStore,
+        data_dir: PathBuf,
+    ) -> Backends {
+        Backends {
+            log,
+            store,
+            hot,
+            blobs,
+            codec: AvroCodec::new(),
+            data_dir,
+            _lock: None,
+        }
+    }
+}

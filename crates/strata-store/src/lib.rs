@@ -1,0 +1,158 @@
+//! Strata's projection store (SPEC §5): the [`ProjectionStore`] port and its backends, chosen by
+//! URL. `sqlite://PATH` is the embedded default ([`sqlite::SqliteStore`]).
+//!
+//! The projector is the only writer. It hands a whole batch — row changes, the sessions' fold
+//! state and the consumer offsets that the batch reaches — to [`ProjectionStore::commit_batch`],
+//! which writes all of it in one transaction: after a crash, the store either has a batch and its
+//! offsets or neither, so no event is lost or applied twice.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use strata_core::assembly::Snapshot;
+use strata_core::projection::{Change, SessionFold};
+
+pub mod sqlite;
+
+/// Errors of the projection store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database reported an error.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A migration failed.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored JSON document could not be read back.
+    #[error("corrupt stored record {what}: {source}")]
+    Corrupt {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The URL names a backend this build does not have, or is malformed.
+    #[error("unsupported store url {url:?}: {reason}")]
+    UnsupportedUrl { url: String, reason: String },
+    /// A failure injected by a test (see [`sqlite::SqliteStore::fail_next_commit`]).
+    #[error("injected failure before commit")]
+    Injected,
+}
+
+/// Result with the store's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Next log offset to read, per partition.
+pub type Offsets = BTreeMap<u32, u64>;
+
+/// Everything one projector batch writes, atomically.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectionBatch {
+    /// Consumer group whose offsets advance.
+    pub group: String,
+    pub changes: Vec<Change>,
+    /// Fold state of every session the batch touched, after the batch.
+    pub folds: Vec<SessionFold>,
+    /// Next offset per partition after the batch.
+    pub offsets: Offsets,
+}
+
+/// A session as listed by [`ProjectionStore::sessions`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub head_seq: u64,
+    pub event_count: u64,
+}
+
+/// The projections.
+#[async_trait]
+pub trait ProjectionStore: Debug + Send + Sync + 'static {
+    /// Offsets committed by `group` with its last batch.
+    async fn offsets(&self, group: &str) -> Result<Offsets>;
+
+    /// Writes a batch in one transaction.
+    async fn commit_batch(&self, batch: ProjectionBatch) -> Result<()>;
+
+    /// The fold state of a session, if it has any event.
+    async fn session_fold(&self, tenant: &str, session: &str) -> Result<Option<SessionFold>>;
+
+    /// Which of `event_ids` of `tenant` are already projected.
+    async fn projected_event_ids(
+        &self,
+        tenant: &str,
+        event_ids: &[String],
+    ) -> Result<HashSet<String>>;
+
+    /// The seq of an event of a session.
+    async fn event_seq(&self, tenant: &str, session: &str, event_id: &str) -> Result<Option<u64>>;
+
+    /// What the assembler needs for a session's branch and participant: the newest `window`
+    /// messages of the branch lineage and everything they refer to. `None` for an unknown
+    /// session or branch.
+    async fn snapshot(
+        &self,
+        tenant: &str,
+        session: &str,
+        branch: &str,
+        participant: Option<&str>,
+        window: u32,
+    ) -> Result<Option<Snapshot>>;
+
+    /// Canonical JSON of a session's events with `seq > after_seq`, in seq order.
+    async fn events(
+        &self,
+        tenant: &str,
+        session: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<Value>>;
+
+    /// A stored ContextAssembly record.
+    async fn assembly(&self, tenant: &str, assembly_id: &str) -> Result<Option<Value>>;
+
+    /// The sessions of a tenant.
+    async fn sessions(&self, tenant: &str) -> Result<Vec<SessionSummary>>;
+
+    /// The tenant an API key (by its SHA-256) belongs to.
+    async fn tenant_for_key(&self, key_sha256: &str) -> Result<Option<String>>;
+
+    /// Registers an API key (by its SHA-256) for a tenant. Idempotent.
+    async fn put_api_key(&self, key_sha256: &str, tenant: &str, label: &str) -> Result<()>;
+
+    /// Row counts per table and a content hash per table: equal for equal projections. Used by
+    /// crash tests and rebuild verification.
+    async fn fingerprint(&self) -> Result<BTreeMap<String, (u64, String)>>;
+
+    /// Checks that the backend is reachable.
+    async fn ping(&self) -> Result<()>;
+}
+
+fn _assert_object_safe(_: &dyn ProjectionStore) {}
+
+/// Opens the store a URL names: `sqlite://PATH` (created when missing, migrated).
+pub async fn open(url: &str) -> Result<Arc<dyn ProjectionStore>> {
+    match url.split_once("://") {
+        Some(("sqlite", path)) => Ok(Arc::new(sqlite::SqliteStore::open(path).await?)),
+        Some(("postgres" | "postgresql", _)) => Err(Error::UnsupportedUrl {
+            url: redact(url),
+            reason: "the postgres backend is not built yet (see the distributed-backends issue)"
+                .into(),
+        }),
+        _ => Err(Error::UnsupportedUrl {
+            url: redact(url),
+            reason: "expected sqlite://PATH".into(),
+        }),
+    }
+}
+
+/// A URL with any password replaced, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
