@@ -1,0 +1,154 @@
+//! The projection fold: tool pairing, recovery state, orphans, branches.
+
+use serde_json::json;
+use strata_core::projection::{apply, Change, LogPosition, SessionFold, ToolStatus};
+use strata_core::tokens::O200k;
+use strata_core::Event;
+
+fn ev(n: u64, branch: &str, ty: &str, payload: serde_json::Value) -> Event {
+    let mut e = Event::from_json(
+        json!({"event_id": format!("e{n}"), "tenant_id": "t", "session_id": "s", "branch_id": branch,
+            "timestamp": "2026-06-03T10:00:00Z", "type": ty, "payload": payload}),
+        None,
+    )
+    .unwrap();
+    e.seq = Some(n);
+    e
+}
+
+fn fold(events: &[Event]) -> (SessionFold, Vec<Change>) {
+    let mut f = SessionFold::new("t", "s");
+    let mut all = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        all.extend(apply(
+            &mut f,
+            e,
+            LogPosition {
+                partition: 0,
+                offset: i as u64,
+            },
+            None,
+            &O200k,
+        ));
+    }
+    (f, all)
+}
+
+#[test]
+fn calls_pair_with_results_and_errors_are_recovery_state_until_fixed() {
+    let (f, changes) = fold(&[
+        ev(
+            1,
+            "main",
+            "ModelResponseReceived",
+            json!({"message_id": "a", "text": "",
+            "tool_calls": [{"tool_call_id": "c1", "name": "run_tests", "args": {}}]}),
+        ),
+        ev(
+            2,
+            "main",
+            "ToolCallFinished",
+            json!({"tool_call_id": "c1", "output": "error: test x failed", "is_error": true}),
+        ),
+        ev(
+            3,
+            "main",
+            "ToolCallRequested",
+            json!({"tool_call_id": "c2", "name": "run_tests", "args": {}}),
+        ),
+    ]);
+    assert_eq!(f.open_tool_calls.keys().collect::<Vec<_>>(), vec!["c2"]);
+    let state = &f.branches["main"].state;
+    assert_eq!(state.errors.len(), 1);
+    assert_eq!(state.errors[0].message, "error: test x failed");
+    assert!(changes
+        .iter()
+        .any(|c| matches!(c, Change::ToolResult(r) if r.status == ToolStatus::Errored)));
+    let (f, _) = fold(&[
+        ev(
+            1,
+            "main",
+            "ToolCallRequested",
+            json!({"tool_call_id": "c1", "name": "run_tests", "args": {}}),
+        ),
+        ev(
+            2,
+            "main",
+            "ToolCallFailed",
+            json!({"tool_call_id": "c1", "error": "timeout", "retryable": true}),
+        ),
+        ev(
+            3,
+            "main",
+            "ToolCallRequested",
+            json!({"tool_call_id": "c2", "name": "run_tests", "args": {}}),
+        ),
+        ev(
+            4,
+            "main",
+            "ToolCallFinished",
+            json!({"tool_call_id": "c2", "output": "ok"}),
+        ),
+    ]);
+    assert!(
+        f.branches["main"].state.errors.is_empty(),
+        "a success of the same tool resolves it"
+    );
+    assert_eq!(f.tool_failures, 1);
+}
+
+#[test]
+fn a_result_without_a_call_is_an_orphan_not_a_pair() {
+    let (f, changes) = fold(&[ev(
+        1,
+        "main",
+        "ToolCallFinished",
+        json!({"tool_call_id": "x", "output": "?"}),
+    )]);
+    assert_eq!(f.orphan_results, 1);
+    assert!(!changes.iter().any(|c| matches!(c, Change::ToolResult(_))));
+}
+
+#[test]
+fn a_fork_starts_from_the_parent_state_and_never_changes_it() {
+    let (f, _) = fold(&[
+        ev(1, "main", "StateUpdated", json!({"goal": "g1"})),
+        ev(
+            2,
+            "main",
+            "BranchForked",
+            json!({"new_branch_id": "alt", "from_event_id": "e1"}),
+        ),
+        ev(3, "alt", "StateUpdated", json!({"goal": "g2"})),
+        ev(4, "alt", "FileWritten", json!({"path": "a.rs"})),
+    ]);
+    assert_eq!(f.branches["main"].state.goal.as_ref().unwrap().text, "g1");
+    assert!(f.branches["main"].state.files_modified.is_empty());
+    assert_eq!(f.branches["alt"].state.goal.as_ref().unwrap().text, "g2");
+    assert_eq!(f.branches["alt"].parent_branch_id.as_deref(), Some("main"));
+    assert_eq!(f.branches["alt"].fork_seq, Some(2));
+}
+
+#[test]
+fn the_fold_is_deterministic() {
+    let events = vec![
+        ev(
+            1,
+            "main",
+            "UserPromptSubmitted",
+            json!({"message_id": "u", "text": "hello there"}),
+        ),
+        ev(
+            2,
+            "main",
+            "StateUpdated",
+            json!({"goal": "g", "plan": ["a", "b"]}),
+        ),
+        ev(3, "main", "FileRead", json!({"path": "x"})),
+    ];
+    let (a, ca) = fold(&events);
+    let (b, cb) = fold(&events);
+    assert_eq!(a, b);
+    assert_eq!(ca, cb);
+    assert!(a.branches["main"].transcript_tokens > 0);
+}
