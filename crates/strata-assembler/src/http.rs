@@ -25,6 +25,10 @@ pub fn routes(assembler: Assembler) -> Router {
         .route("/v1/artifacts/{sha256}", get(artifact))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
+        .route(
+            "/metrics",
+            get(|| async { strata_runtime::metrics::render() }),
+        )
         .with_state(assembler)
 }
 

@@ -148,6 +148,8 @@ impl Assembler {
             "assemble".into(),
             started.elapsed().as_micros() as u64 - snapshot_us,
         );
+        strata_runtime::metrics::ASSEMBLIES.add(1);
+        strata_runtime::metrics::ASSEMBLY_LATENCY.observe(started.elapsed());
         if self.options.record_assemblies {
             self.record(&assembled).await?;
         }

@@ -65,7 +65,10 @@ async fn append_events(
         .await
     {
         Ok(outcomes) => Ok(Json(json!({ "results": outcomes }))),
-        Err(e) => Err(to_api_error(e)),
+        Err(e) => {
+            strata_runtime::metrics::BATCHES_REJECTED.add(1);
+            Err(to_api_error(e))
+        }
     }
 }
 

@@ -313,6 +313,7 @@ impl Ingestor {
             fresh.push((outcomes.len() - 1, event));
         }
         if fresh.is_empty() {
+            strata_runtime::metrics::EVENTS_DUPLICATE.add(outcomes.len() as u64);
             return Ok(outcomes);
         }
 
@@ -383,6 +384,9 @@ impl Ingestor {
                 .or_default()
                 .push((event.event_id.clone(), event.seq.unwrap_or(0)));
         }
+        let accepted = fresh.len() as u64;
+        strata_runtime::metrics::EVENTS_ACCEPTED.add(accepted);
+        strata_runtime::metrics::EVENTS_DUPLICATE.add(outcomes.len() as u64 - accepted);
         for (tenant, ids) in remembered {
             // The events are durable; failing to cache their ids only costs a store lookup.
             if let Err(e) = b.hot.remember_accepted(&tenant, &ids).await {

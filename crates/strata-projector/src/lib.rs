@@ -138,6 +138,7 @@ impl Projector {
     /// Folds `records` and commits them with their offsets in one transaction.
     #[tracing::instrument(name = "projector.batch", skip_all, fields(records = records.len()))]
     async fn project(&mut self, records: &[LogRecord]) -> Result<BatchStats> {
+        let started = Instant::now();
         let b = &self.backends;
         let mut events = Vec::with_capacity(records.len());
         for r in records {
@@ -222,7 +223,6 @@ impl Projector {
         }
 
         let folds: Vec<SessionFold> = touched.iter().map(|k| working[k].clone()).collect();
-        let started = Instant::now();
         b.store
             .commit_batch(ProjectionBatch {
                 group: self.options.group.clone(),
@@ -231,6 +231,9 @@ impl Projector {
                 offsets: offsets.clone(),
             })
             .await?;
+        strata_runtime::metrics::EVENTS_PROJECTED.add(stats.applied as u64);
+        strata_runtime::metrics::PROJECTOR_BATCHES.add(1);
+        strata_runtime::metrics::PROJECTOR_BATCH_LATENCY.observe(started.elapsed());
         tracing::debug!(
             applied = stats.applied,
             duplicates = stats.duplicates,

@@ -14,6 +14,7 @@ use strata_store::ProjectionStore;
 pub mod auth;
 mod error;
 mod lock;
+pub mod metrics;
 
 pub use error::ApiError;
 pub use lock::DataDirLock;

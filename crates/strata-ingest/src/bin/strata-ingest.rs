@@ -32,7 +32,12 @@ async fn main() -> anyhow::Result<()> {
             artifact_threshold: opts.artifact_threshold,
         },
     ));
-    let router = http::routes(ingestor).route("/healthz", axum::routing::get(|| async { "ok" }));
+    let router = http::routes(ingestor)
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            axum::routing::get(|| async { strata_runtime::metrics::render() }),
+        );
     strata_runtime::serve(router, opts.listen, strata_runtime::shutdown_signal()).await?;
     Ok(())
 }
