@@ -134,6 +134,15 @@ async fn events(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = tenant(&a, &headers).await?;
+    match a.backends().store.session_fold(&tenant, &session).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return Err(ApiError::not_found(format!(
+                "session {session:?} not found"
+            )))
+        }
+        Err(e) => return Err(store_error(e)),
+    }
     let events = a
         .backends()
         .store

@@ -102,7 +102,54 @@ pub(crate) async fn import(backends: &Backends, files: &[PathBuf]) -> anyhow::Re
     Ok(())
 }
 
-/// Writes a session's events, in seq order, as canonical JSONL.
+/// Puts an offloaded tool output back inline, so an export carries the raw bytes and another
+/// data directory that imports it stores the same artifact again (under the same hash: a
+/// re-import gives the same events).
+async fn with_inline_output(
+    backends: &Backends,
+    tenant: &str,
+    mut event: serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    if event.get("type").and_then(serde_json::Value::as_str) != Some("ToolCallFinished") {
+        return Ok(event);
+    }
+    let Some(payload) = event.get_mut("payload").and_then(|p| p.as_object_mut()) else {
+        return Ok(event);
+    };
+    let Some(sha) = payload
+        .get("output_sha256")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
+    else {
+        return Ok(event);
+    };
+    if payload.get("output").is_some() || payload.get("output_ref").is_none() {
+        return Ok(event);
+    }
+    let bytes = backends
+        .blobs
+        .get_artifact(tenant, &sha)
+        .await?
+        .ok_or_else(|| {
+            anyhow::anyhow!("artifact {sha} of an exported event is missing from the blob store")
+        })?;
+    let output = String::from_utf8(bytes.to_vec())
+        .map_err(|_| anyhow::anyhow!("artifact {sha} is not UTF-8 text"))?;
+    for field in [
+        "output_ref",
+        "output_preview",
+        "output_sha256",
+        "output_bytes",
+        "output_tokens",
+    ] {
+        payload.shift_remove(field);
+    }
+    payload.insert("output".into(), output.into());
+    Ok(event)
+}
+
+/// Writes a session's events, in seq order, as canonical JSONL, with offloaded tool outputs put
+/// back inline.
 pub(crate) async fn export(
     backends: &Backends,
     tenant: &str,
@@ -134,7 +181,8 @@ pub(crate) async fn export(
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(u64::MAX);
         for e in &events {
-            serde_json::to_writer(&mut out, e)?;
+            let e = with_inline_output(backends, tenant, e.clone()).await?;
+            serde_json::to_writer(&mut out, &e)?;
             out.write_all(b"\n")?;
         }
     }

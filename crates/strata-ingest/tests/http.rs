@@ -1,0 +1,1021 @@
+//! `POST /v1/events` through the real router, on the embedded backends (SPEC §4, §9): every
+//! refusal answers a JSON error that says what and where, and appends nothing; accepted batches
+//! are deduplicated, sequenced per session and offload large tool outputs. The read side is
+//! checked for tenant isolation too.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use strata_assembler::{Assembler, AssemblerOptions};
+use strata_core::payload::Payload;
+use strata_core::Event;
+use strata_ingest::{IngestOptions, Ingestor};
+use strata_log::FsyncPolicy;
+use strata_runtime::{auth, BackendOpts, Backends};
+use tower::ServiceExt;
+
+struct Harness {
+    backends: Backends,
+    ingestor: Arc<Ingestor>,
+    router: Router,
+    acme: String,
+    globex: String,
+    // Dropped last: the data directory outlives the backends using it.
+    dir: tempfile::TempDir,
+}
+
+fn opts(dir: &std::path::Path) -> BackendOpts {
+    BackendOpts {
+        fsync: FsyncPolicy::Never,
+        ..BackendOpts::embedded(dir)
+    }
+}
+
+impl Harness {
+    async fn new() -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backends = Backends::open(&opts(dir.path()), "test")
+            .await
+            .expect("open backends");
+        let acme = auth::create_key(backends.store.as_ref(), "acme", "test")
+            .await
+            .expect("acme key");
+        let globex = auth::create_key(backends.store.as_ref(), "globex", "test")
+            .await
+            .expect("globex key");
+        Self::with(dir, backends, acme, globex)
+    }
+
+    fn with(dir: tempfile::TempDir, backends: Backends, acme: String, globex: String) -> Harness {
+        let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
+        let assembler = Assembler::new(
+            backends.clone(),
+            ingestor.clone(),
+            AssemblerOptions::default(),
+        );
+        let router = strata_ingest::http::routes(ingestor.clone())
+            .merge(strata_assembler::http::routes(assembler));
+        Harness {
+            backends,
+            ingestor,
+            router,
+            acme,
+            globex,
+            dir,
+        }
+    }
+
+    /// Sends a request; returns the status and the body parsed as JSON (`Value::Null` when the
+    /// body is empty, the raw text as a string when it is not JSON).
+    async fn send(
+        &self,
+        method: &str,
+        uri: &str,
+        key: Option<&str>,
+        body: impl Into<Body>,
+    ) -> (StatusCode, Value) {
+        let (status, bytes) = self.send_raw(method, uri, key, body).await;
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        (status, value)
+    }
+
+    async fn send_raw(
+        &self,
+        method: &str,
+        uri: &str,
+        key: Option<&str>,
+        body: impl Into<Body>,
+    ) -> (StatusCode, Vec<u8>) {
+        let auth = key.map(|k| format!("Bearer {k}"));
+        self.send_with_auth(method, uri, auth.as_deref(), body)
+            .await
+    }
+
+    /// Sends a request with `authorization` as the raw Authorization header.
+    async fn send_with_auth(
+        &self,
+        method: &str,
+        uri: &str,
+        authorization: Option<&str>,
+        body: impl Into<Body>,
+    ) -> (StatusCode, Vec<u8>) {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json");
+        if let Some(value) = authorization {
+            req = req.header("authorization", value);
+        }
+        let response = self
+            .router
+            .clone()
+            .oneshot(req.body(body.into()).expect("request"))
+            .await
+            .expect("router answers");
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes()
+            .to_vec();
+        (status, bytes)
+    }
+
+    async fn post_events(&self, key: Option<&str>, body: impl Into<Body>) -> (StatusCode, Value) {
+        self.send("POST", "/v1/events", key, body).await
+    }
+
+    async fn post_json(&self, key: &str, body: &Value) -> (StatusCode, Value) {
+        self.post_events(Some(key), body.to_string()).await
+    }
+
+    /// Total records in the log.
+    async fn log_len(&self) -> u64 {
+        self.backends
+            .log
+            .end_offsets()
+            .await
+            .expect("end offsets")
+            .iter()
+            .sum()
+    }
+
+    /// Every event of the log, decoded.
+    async fn log_events(&self) -> Vec<Event> {
+        let ends = self.backends.log.end_offsets().await.expect("end offsets");
+        let mut out = Vec::new();
+        for (p, end) in ends.iter().enumerate() {
+            let mut from = 0;
+            while from < *end {
+                let records = self
+                    .backends
+                    .log
+                    .read(p as u32, from, 1000)
+                    .await
+                    .expect("read log");
+                assert!(!records.is_empty(), "partition {p} stops before its end");
+                for r in &records {
+                    out.push(self.backends.codec.decode(&r.value).expect("decode record"));
+                    from = r.offset + 1;
+                }
+            }
+        }
+        out
+    }
+
+    async fn logged(&self, event_id: &str) -> Event {
+        let events = self.log_events().await;
+        let mut found: Vec<Event> = events
+            .into_iter()
+            .filter(|e| e.event_id == event_id)
+            .collect();
+        assert_eq!(found.len(), 1, "event {event_id} appears once in the log");
+        found.remove(0)
+    }
+}
+
+/// A valid event of `session`, without tenant_id (the key's tenant fills it).
+fn event(id: &str, session: &str, ty: &str, payload: Value) -> Value {
+    json!({
+        "event_id": id,
+        "session_id": session,
+        "timestamp": "2026-06-03T10:00:00Z",
+        "type": ty,
+        "actor": "agent",
+        "payload": payload,
+    })
+}
+
+fn prompt(id: &str, session: &str) -> Value {
+    event(
+        id,
+        session,
+        "UserPromptSubmitted",
+        json!({"message_id": format!("m-{id}"), "text": format!("prompt {id}")}),
+    )
+}
+
+fn session_started(id: &str, session: &str) -> Value {
+    event(
+        id,
+        session,
+        "SessionStarted",
+        json!({
+            "model": {"provider": "openai", "model": "gpt-4o"},
+            "context_window_tokens": 128000,
+            "reserved_output_tokens": 8000,
+            "system_prompt": "You are a careful engineer."
+        }),
+    )
+}
+
+fn with_field(mut v: Value, field: &str, value: Value) -> Value {
+    v.as_object_mut()
+        .expect("object")
+        .insert(field.into(), value);
+    v
+}
+
+fn without_field(mut v: Value, field: &str) -> Value {
+    v.as_object_mut().expect("object").remove(field);
+    v
+}
+
+/// Asserts the `{"error": {"code", "message"}}` shape and returns (code, message).
+fn error_of(body: &Value) -> (String, String) {
+    let err = body
+        .get("error")
+        .unwrap_or_else(|| panic!("no error object in {body}"));
+    let code = err["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("error.code is not a string in {body}"));
+    let message = err["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("error.message is not a string in {body}"));
+    assert!(!message.is_empty(), "empty error message in {body}");
+    (code.to_owned(), message.to_owned())
+}
+
+fn results(body: &Value) -> &Vec<Value> {
+    body["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no results array in {body}"))
+}
+
+/// (status, seq) of each outcome.
+fn outcomes(body: &Value) -> Vec<(String, u64)> {
+    results(body)
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_str().expect("status").to_owned(),
+                r["seq"].as_u64().expect("seq"),
+            )
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authentication
+
+#[tokio::test]
+async fn missing_api_key_is_401_and_appends_nothing() {
+    let h = Harness::new().await;
+    let body = json!([prompt("e1", "s1")]).to_string();
+    let (status, resp) = h.post_events(None, body).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{resp}");
+    let (code, message) = error_of(&resp);
+    assert_eq!(code, "unauthorized");
+    assert!(
+        message.contains("Authorization"),
+        "the message names the header to send: {message}"
+    );
+    assert_eq!(h.log_len().await, 0);
+
+    // A header that is not a bearer token is no key either, nor is an empty bearer token.
+    for header in [format!("Basic {}", h.acme), "Bearer ".to_owned()] {
+        let (status, bytes) = h
+            .send_with_auth(
+                "POST",
+                "/v1/events",
+                Some(&header),
+                json!([prompt("e1", "s1")]).to_string(),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{header}");
+        let resp: Value = serde_json::from_slice(&bytes).expect("JSON error body");
+        assert_eq!(error_of(&resp).0, "unauthorized");
+    }
+    assert_eq!(h.log_len().await, 0);
+}
+
+#[tokio::test]
+async fn unknown_api_key_is_401_and_appends_nothing() {
+    let h = Harness::new().await;
+    let forged = auth::generate_key();
+    let (status, resp) = h
+        .post_events(Some(&forged), json!([prompt("e1", "s1")]).to_string())
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{resp}");
+    let (code, message) = error_of(&resp);
+    assert_eq!(code, "unauthorized");
+    assert!(message.contains("unknown api key"), "{message}");
+    assert!(
+        !message.contains(&forged),
+        "the key is not echoed back: {message}"
+    );
+    assert_eq!(h.log_len().await, 0);
+
+    // The same batch with a real key goes through: the 401 was about the key alone.
+    let (status, resp) = h
+        .post_events(Some(&h.acme), json!([prompt("e1", "s1")]).to_string())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(h.log_len().await, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Malformed bodies
+
+#[tokio::test]
+async fn body_that_is_not_json_is_400_mentioning_json() {
+    let h = Harness::new().await;
+    for body in ["{not json", "", "[{\"event_id\": \"e1\",]"] {
+        let (status, resp) = h.post_events(Some(&h.acme), body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "body {body:?}: {resp}");
+        let (code, message) = error_of(&resp);
+        assert_eq!(code, "bad_request");
+        assert!(message.contains("JSON"), "body {body:?}: {message}");
+    }
+    assert_eq!(h.log_len().await, 0);
+}
+
+#[tokio::test]
+async fn body_neither_array_nor_events_object_is_400() {
+    let h = Harness::new().await;
+    let cases: &[(Value, &str)] = &[
+        (json!({"batch": [prompt("e1", "s1")]}), "events"),
+        (json!({"events": prompt("e1", "s1")}), "events"),
+        (json!({"events": "e1"}), "array"),
+        (json!("e1"), "events"),
+        (json!(42), "events"),
+    ];
+    for (body, needle) in cases {
+        let (status, resp) = h.post_json(&h.acme, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "body {body}: {resp}");
+        let (code, message) = error_of(&resp);
+        assert_eq!(code, "bad_request", "body {body}");
+        assert!(message.contains(needle), "body {body}: {message}");
+    }
+    assert_eq!(h.log_len().await, 0);
+
+    // Both accepted shapes work.
+    let (status, resp) = h
+        .post_json(&h.acme, &json!({"events": [prompt("e1", "s1")]}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let (status, resp) = h.post_json(&h.acme, &json!([prompt("e2", "s1")])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(h.log_len().await, 2);
+}
+
+#[tokio::test]
+async fn empty_batch_is_400() {
+    let h = Harness::new().await;
+    for body in [json!([]), json!({"events": []})] {
+        let (status, resp) = h.post_json(&h.acme, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "body {body}: {resp}");
+        let (code, message) = error_of(&resp);
+        assert_eq!(code, "bad_request");
+        assert!(message.contains("empty"), "{message}");
+    }
+    assert_eq!(h.log_len().await, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field validation
+
+#[tokio::test]
+async fn missing_fields_are_reported_with_their_path_and_event_index() {
+    let h = Harness::new().await;
+    let batch = json!([
+        prompt("ok-1", "s1"),
+        without_field(prompt("no-session", "s1"), "session_id"),
+        event(
+            "no-call-id",
+            "s1",
+            "ToolCallFinished",
+            json!({"output": "done", "is_error": false})
+        ),
+        prompt("ok-2", "s1"),
+    ]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{resp}");
+    let (code, message) = error_of(&resp);
+    assert_eq!(code, "invalid_events");
+    assert!(message.contains("2 invalid event(s)"), "{message}");
+    assert!(
+        message.contains("event 1") && message.contains("session_id"),
+        "the summary names the first bad event and field: {message}"
+    );
+
+    let events = resp["error"]["details"]["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("details.events missing: {resp}"));
+    assert_eq!(events.len(), 2, "exactly the two bad events: {resp}");
+
+    assert_eq!(events[0]["index"], 1);
+    assert_eq!(events[0]["event_id"], "no-session");
+    let errors = events[0]["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{resp}");
+    assert_eq!(errors[0]["field"], "session_id");
+    assert_eq!(errors[0]["message"], "missing field");
+
+    assert_eq!(events[1]["index"], 2);
+    assert_eq!(events[1]["event_id"], "no-call-id");
+    let errors = events[1]["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{resp}");
+    assert_eq!(errors[0]["field"], "payload.tool_call_id");
+    assert_eq!(errors[0]["message"], "missing field");
+
+    // All or nothing: the two valid events were not appended either.
+    assert_eq!(h.log_len().await, 0);
+}
+
+#[tokio::test]
+async fn every_error_of_every_bad_event_is_reported() {
+    let h = Harness::new().await;
+    let mut no_id_no_ts = without_field(prompt("x", "s1"), "event_id");
+    no_id_no_ts = without_field(no_id_no_ts, "timestamp");
+    let batch = json!([
+        no_id_no_ts,
+        prompt("fine", "s1"),
+        with_field(prompt("bad-ts", "s1"), "timestamp", json!("yesterday")),
+        event(
+            "no-text",
+            "s1",
+            "UserPromptSubmitted",
+            json!({"message_id": "m"})
+        ),
+        with_field(prompt("bad-expected", "s1"), "expected_seq", json!(-1)),
+        json!("not an event"),
+    ]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{resp}");
+    let events = resp["error"]["details"]["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("details.events missing: {resp}"));
+    let reported: Vec<(u64, Vec<String>)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["index"].as_u64().expect("index"),
+                e["errors"]
+                    .as_array()
+                    .expect("errors")
+                    .iter()
+                    .map(|f| f["field"].as_str().expect("field").to_owned())
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reported,
+        vec![
+            (0, vec!["event_id".to_owned(), "timestamp".to_owned()]),
+            (2, vec!["timestamp".to_owned()]),
+            (3, vec!["payload.text".to_owned()]),
+            (4, vec!["expected_seq".to_owned()]),
+            (5, vec![String::new()]),
+        ],
+        "{resp}"
+    );
+    assert!(events[0].get("event_id").is_none(), "{resp}");
+    assert_eq!(events[1]["event_id"], "bad-ts");
+    assert!(
+        events[4]["errors"][0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("object"),
+        "a non-object event says what it expected: {resp}"
+    );
+    assert_eq!(h.log_len().await, 0);
+}
+
+#[tokio::test]
+async fn unknown_event_type_is_400_naming_the_type() {
+    let h = Harness::new().await;
+    let batch = json!([
+        prompt("ok", "s1"),
+        event("weird", "s1", "ToolCallTeleported", json!({})),
+    ]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{resp}");
+    let (code, message) = error_of(&resp);
+    assert_eq!(code, "invalid_events");
+    assert!(message.contains("ToolCallTeleported"), "{message}");
+    let e = &resp["error"]["details"]["events"][0];
+    assert_eq!(e["index"], 1, "{resp}");
+    assert_eq!(e["event_id"], "weird", "{resp}");
+    assert_eq!(e["errors"][0]["field"], "type", "{resp}");
+    assert!(
+        e["errors"][0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ToolCallTeleported"),
+        "{resp}"
+    );
+    assert_eq!(h.log_len().await, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tenancy
+
+#[tokio::test]
+async fn event_of_another_tenant_is_403_and_appends_nothing() {
+    let h = Harness::new().await;
+    let batch = json!([
+        prompt("mine", "s1"),
+        with_field(prompt("theirs", "s1"), "tenant_id", json!("globex")),
+    ]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{resp}");
+    let (code, message) = error_of(&resp);
+    assert_eq!(code, "forbidden");
+    assert!(
+        message.contains("event 1") && message.contains("globex") && message.contains("acme"),
+        "the message names the event, its tenant and the key's: {message}"
+    );
+    assert_eq!(h.log_len().await, 0);
+
+    // An explicit tenant_id equal to the key's is fine.
+    let ok = with_field(prompt("explicit", "s1"), "tenant_id", json!("acme"));
+    let (status, resp) = h.post_json(&h.acme, &json!([ok])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(h.log_len().await, 1);
+}
+
+#[tokio::test]
+async fn missing_tenant_is_filled_with_the_keys_tenant() {
+    let h = Harness::new().await;
+    let (status, resp) = h.post_json(&h.globex, &json!([prompt("g1", "s1")])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let (status, resp) = h.post_json(&h.acme, &json!([prompt("a1", "s1")])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+
+    let g = h.logged("g1").await;
+    assert_eq!(g.tenant_id, "globex");
+    let a = h.logged("a1").await;
+    assert_eq!(a.tenant_id, "acme");
+    // Same session id, different tenants: independent sessions, each starting at seq 1.
+    assert_eq!(g.seq, Some(1));
+    assert_eq!(a.seq, Some(1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idempotency
+
+#[tokio::test]
+async fn duplicate_event_id_is_reported_with_the_original_seq() {
+    let h = Harness::new().await;
+    let (status, resp) = h
+        .post_json(&h.acme, &json!([prompt("a", "s1"), prompt("b", "s1")]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(
+        outcomes(&resp),
+        vec![("accepted".into(), 1), ("accepted".into(), 2)]
+    );
+    assert_eq!(h.log_len().await, 2);
+
+    // Re-sent: nothing new, the original seq is reported.
+    let (status, resp) = h.post_json(&h.acme, &json!([prompt("b", "s1")])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(outcomes(&resp), vec![("duplicate".into(), 2)]);
+    assert_eq!(results(&resp)[0]["event_id"], "b");
+    assert_eq!(h.log_len().await, 2);
+
+    // Inside one batch, with a fresh event and an old one: only the fresh one is appended.
+    let batch = json!([
+        prompt("c", "s1"),
+        prompt("c", "s1"),
+        prompt("a", "s1"),
+        prompt("d", "s1"),
+    ]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(
+        outcomes(&resp),
+        vec![
+            ("accepted".into(), 3),
+            ("duplicate".into(), 3),
+            ("duplicate".into(), 1),
+            ("accepted".into(), 4),
+        ]
+    );
+    assert!(results(&resp)[0]["offset"].is_u64(), "{resp}");
+    assert!(
+        results(&resp)[1].get("offset").is_none(),
+        "a duplicate was not appended: {resp}"
+    );
+    assert_eq!(h.log_len().await, 4);
+
+    // The same event id under another tenant is another event.
+    let (status, resp) = h.post_json(&h.globex, &json!([prompt("a", "s1")])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(outcomes(&resp), vec![("accepted".into(), 1)]);
+    assert_eq!(h.log_len().await, 5);
+}
+
+#[tokio::test]
+async fn duplicate_after_restart_is_found_in_the_projections() {
+    let h = Harness::new().await;
+    let (status, resp) = h
+        .post_json(
+            &h.acme,
+            &json!([prompt("a", "s1"), prompt("b", "s1"), prompt("c", "s1")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends)
+        .await
+        .expect("catch up");
+
+    // A new process: the in-memory hot state is gone, the projections remain.
+    let Harness {
+        backends,
+        ingestor,
+        router,
+        acme,
+        globex,
+        dir,
+    } = h;
+    drop((backends, ingestor, router));
+    let backends = Backends::open(&opts(dir.path()), "test")
+        .await
+        .expect("reopen");
+    let h = Harness::with(dir, backends, acme, globex);
+    assert_eq!(h.log_len().await, 3);
+
+    let (status, resp) = h
+        .post_json(&h.acme, &json!([prompt("b", "s1"), prompt("d", "s1")]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(
+        outcomes(&resp),
+        vec![("duplicate".into(), 2), ("accepted".into(), 4)],
+        "the duplicate keeps its original seq and the head continues after the projected one"
+    );
+    assert_eq!(h.log_len().await, 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sequencing and optimistic concurrency
+
+#[tokio::test]
+async fn seq_is_assigned_per_session() {
+    let h = Harness::new().await;
+    let batch = json!([
+        prompt("a1", "alpha"),
+        prompt("b1", "beta"),
+        prompt("a2", "alpha"),
+        prompt("a3", "alpha"),
+        prompt("b2", "beta"),
+    ]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let seqs: Vec<u64> = outcomes(&resp).into_iter().map(|(_, s)| s).collect();
+    assert_eq!(seqs, vec![1, 1, 2, 3, 2]);
+
+    // A later batch continues each session where it stopped.
+    let (status, resp) = h
+        .post_json(
+            &h.acme,
+            &json!([
+                prompt("b3", "beta"),
+                prompt("a4", "alpha"),
+                prompt("c1", "gamma")
+            ]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let seqs: Vec<u64> = outcomes(&resp).into_iter().map(|(_, s)| s).collect();
+    assert_eq!(seqs, vec![3, 4, 1]);
+
+    // The log holds the assigned seqs.
+    assert_eq!(h.logged("a4").await.seq, Some(4));
+    assert_eq!(h.logged("b3").await.seq, Some(3));
+    assert_eq!(h.logged("c1").await.seq, Some(1));
+}
+
+#[tokio::test]
+async fn expected_seq_conflict_is_409_with_the_head() {
+    let h = Harness::new().await;
+    let (status, resp) = h
+        .post_json(&h.acme, &json!([prompt("a", "s1"), prompt("b", "s1")]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(h.log_len().await, 2);
+
+    // A stale writer believes the head is 1.
+    let stale = with_field(prompt("c", "s1"), "expected_seq", json!(1));
+    let (status, resp) = h.post_json(&h.acme, &json!([stale])).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{resp}");
+    let (code, message) = error_of(&resp);
+    assert_eq!(code, "conflict");
+    assert!(
+        message.contains("s1")
+            && message.contains("at seq 2")
+            && message.contains("expected seq 1"),
+        "the message names the session, its head and the expectation: {message}"
+    );
+    assert_eq!(h.log_len().await, 2);
+
+    // A conflict anywhere in a batch refuses the whole batch.
+    let batch = json!([
+        prompt("other", "s2"),
+        with_field(prompt("c", "s1"), "expected_seq", json!(5)),
+    ]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{resp}");
+    assert_eq!(h.log_len().await, 2);
+
+    // The right expectation goes through.
+    let fresh = with_field(prompt("c", "s1"), "expected_seq", json!(2));
+    let (status, resp) = h.post_json(&h.acme, &json!([fresh])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(outcomes(&resp), vec![("accepted".into(), 3)]);
+    assert_eq!(h.log_len().await, 3);
+
+    // A new session's head is 0.
+    let first = with_field(prompt("n1", "new"), "expected_seq", json!(0));
+    let (status, resp) = h.post_json(&h.acme, &json!([first])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(outcomes(&resp), vec![("accepted".into(), 1)]);
+}
+
+#[tokio::test]
+async fn explicit_wrong_seq_is_409() {
+    let h = Harness::new().await;
+    let (status, resp) = h
+        .post_json(&h.acme, &json!([prompt("a", "s1"), prompt("b", "s1")]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+
+    for wrong in [1, 2, 7] {
+        let e = with_field(prompt("c", "s1"), "seq", json!(wrong));
+        let (status, resp) = h.post_json(&h.acme, &json!([e])).await;
+        assert_eq!(status, StatusCode::CONFLICT, "seq {wrong}: {resp}");
+        let (code, message) = error_of(&resp);
+        assert_eq!(code, "conflict");
+        assert!(
+            message.contains(&format!("claims seq {wrong}"))
+                && message.contains("next seq is 3")
+                && message.contains("at seq 2"),
+            "{message}"
+        );
+    }
+    assert_eq!(h.log_len().await, 2);
+
+    let e = with_field(prompt("c", "s1"), "seq", json!(3));
+    let (status, resp) = h.post_json(&h.acme, &json!([e])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(outcomes(&resp), vec![("accepted".into(), 3)]);
+    assert_eq!(h.logged("c").await.seq, Some(3));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Large tool outputs
+
+/// A deterministic, non-repetitive text of `len` bytes.
+fn big_output(len: usize) -> String {
+    let mut out = String::with_capacity(len + 64);
+    let mut i = 0u64;
+    while out.len() < len {
+        out.push_str(&format!(
+            "test suite::case_{i:05} ... {}\n",
+            if i % 7 == 3 { "FAILED" } else { "ok" }
+        ));
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+fn tool_batch(session: &str, call: &str, output: &str) -> Value {
+    json!([
+        event(
+            &format!("{call}-req"),
+            session,
+            "ModelResponseReceived",
+            json!({"message_id": format!("m-{call}"), "text": "Running the tests.",
+                   "tool_calls": [{"tool_call_id": call, "name": "run_tests", "args": {}}]})
+        ),
+        event(
+            &format!("{call}-res"),
+            session,
+            "ToolCallFinished",
+            json!({"tool_call_id": call, "output": output, "is_error": false})
+        ),
+    ])
+}
+
+#[tokio::test]
+async fn large_tool_output_is_stored_as_an_artifact() {
+    let h = Harness::new().await;
+    let output = big_output(20 * 1024);
+    let (status, resp) = h
+        .post_json(&h.acme, &tool_batch("s1", "call-1", &output))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let res = results(&resp);
+    assert!(
+        res[0].get("output_ref").is_none(),
+        "no artifact for a model response: {resp}"
+    );
+    let uri = res[1]["output_ref"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no output_ref in {resp}"));
+    let sha = uri
+        .strip_prefix("artifact:sha256:")
+        .unwrap_or_else(|| panic!("unexpected artifact uri {uri}"));
+    assert_eq!(sha, strata_core::sha256_hex(output.as_bytes()));
+
+    // The blob holds the exact original bytes.
+    let stored = h
+        .backends
+        .blobs
+        .get_artifact("acme", sha)
+        .await
+        .expect("read artifact")
+        .expect("artifact exists");
+    assert_eq!(stored.as_ref(), output.as_bytes());
+
+    // The log record refers to it instead of carrying it.
+    let event = h.logged("call-1-res").await;
+    let Payload::ToolCallFinished(p) = &event.payload else {
+        panic!("unexpected payload {:?}", event.payload);
+    };
+    assert_eq!(p.output, None, "the raw output is not inline");
+    assert_eq!(p.output_ref.as_deref(), Some(uri));
+    assert_eq!(p.output_sha256.as_deref(), Some(sha));
+    assert_eq!(p.output_bytes, Some(output.len() as u64));
+    assert!(p.output_tokens.unwrap_or(0) > 0, "{p:?}");
+    let preview = p.output_preview.as_deref().unwrap_or_default();
+    assert!(!preview.is_empty(), "a preview is kept");
+    assert!(preview.len() < output.len() / 2, "the preview is short");
+    assert!(
+        preview.starts_with("test suite::case_00000"),
+        "the preview starts with the output's head: {preview:?}"
+    );
+    assert_eq!(p.tool_call_id, "call-1");
+
+    // Another tenant cannot read it, even knowing its hash.
+    let theirs = h
+        .backends
+        .blobs
+        .get_artifact("globex", sha)
+        .await
+        .expect("read artifact");
+    assert!(theirs.is_none(), "globex reads acme's artifact");
+}
+
+#[tokio::test]
+async fn output_at_the_threshold_stays_inline() {
+    let h = Harness::new().await;
+    let output = big_output(strata_ingest::DEFAULT_ARTIFACT_THRESHOLD);
+    let (status, resp) = h
+        .post_json(&h.acme, &tool_batch("s1", "call-1", &output))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert!(results(&resp)[1].get("output_ref").is_none(), "{resp}");
+    let event = h.logged("call-1-res").await;
+    let Payload::ToolCallFinished(p) = &event.payload else {
+        panic!("unexpected payload {:?}", event.payload);
+    };
+    assert_eq!(p.output.as_deref(), Some(output.as_str()));
+    assert_eq!(p.output_ref, None);
+
+    // One byte more and it is offloaded.
+    let output = big_output(strata_ingest::DEFAULT_ARTIFACT_THRESHOLD + 1);
+    let (status, resp) = h
+        .post_json(&h.acme, &tool_batch("s1", "call-2", &output))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert!(results(&resp)[1]["output_ref"].is_string(), "{resp}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Read side: a tenant never reads another's data
+
+/// An acme session `secret` with a large tool output, projected. Returns the output.
+async fn secret_session(h: &Harness) -> String {
+    let output = big_output(12 * 1024);
+    let mut batch = vec![session_started("start", "secret"), prompt("ask", "secret")];
+    batch.extend(
+        tool_batch("secret", "call-1", &output)
+            .as_array()
+            .expect("array")
+            .iter()
+            .cloned(),
+    );
+    let (status, resp) = h.post_json(&h.acme, &Value::Array(batch)).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends)
+        .await
+        .expect("catch up");
+    output
+}
+
+#[tokio::test]
+async fn events_of_another_tenants_session_are_not_found() {
+    let h = Harness::new().await;
+    secret_session(&h).await;
+
+    let uri = "/v1/sessions/secret/events";
+    let (status, resp) = h.send("GET", uri, Some(&h.acme), Body::empty()).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let ids: Vec<&str> = resp["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no events in {resp}"))
+        .iter()
+        .map(|e| e["event_id"].as_str().expect("event_id"))
+        .collect();
+    assert_eq!(ids, ["start", "ask", "call-1-req", "call-1-res"]);
+    let (status, _) = h.send("GET", uri, None, Body::empty()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let (status, resp) = h.send("GET", uri, Some(&h.globex), Body::empty()).await;
+    assert!(
+        !resp.to_string().contains("prompt ask"),
+        "globex reads acme's events: {resp}"
+    );
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "another tenant's session is not found: {resp}"
+    );
+    let (code, message) = error_of(&resp);
+    assert_eq!(code, "not_found");
+    assert!(message.contains("secret"), "{message}");
+}
+
+#[tokio::test]
+async fn other_tenants_cannot_read_a_session() {
+    let h = Harness::new().await;
+    let output = secret_session(&h).await;
+    let sha = strata_core::sha256_hex(output.as_bytes());
+
+    // State.
+    let uri = "/v1/sessions/secret/state";
+    let (status, resp) = h.send("GET", uri, Some(&h.acme), Body::empty()).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let (status, resp) = h.send("GET", uri, Some(&h.globex), Body::empty()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{resp}");
+
+    // Context.
+    let uri = "/v1/sessions/secret/context";
+    let (status, resp) = h.send("POST", uri, Some(&h.globex), Body::empty()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{resp}");
+    let (code, message) = error_of(&resp);
+    assert_eq!(code, "not_found");
+    assert!(message.contains("secret"), "{message}");
+    assert!(
+        !resp.to_string().contains("careful engineer"),
+        "no trace of acme's system prompt: {resp}"
+    );
+    let (status, resp) = h.send("POST", uri, Some(&h.acme), "{}").await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(resp["assembly"]["tenant_id"], "acme");
+    assert_eq!(resp["assembly"]["session_id"], "secret");
+    assert!(
+        resp["payload"].to_string().contains("careful engineer"),
+        "acme's context holds its system prompt: {resp}"
+    );
+
+    // The assembly record, by id.
+    let assembly_id = resp["assembly"]["assembly_id"]
+        .as_str()
+        .expect("assembly_id")
+        .to_owned();
+    strata_projector::catch_up(&h.backends)
+        .await
+        .expect("catch up");
+    let uri = format!("/v1/assemblies/{assembly_id}");
+    let (status, resp) = h.send("GET", &uri, Some(&h.acme), Body::empty()).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(resp["assembly_id"], assembly_id.as_str());
+    let (status, resp) = h.send("GET", &uri, Some(&h.globex), Body::empty()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{resp}");
+
+    // Artifacts.
+    let uri = format!("/v1/artifacts/{sha}");
+    let (status, bytes) = h.send_raw("GET", &uri, Some(&h.acme), Body::empty()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(bytes, output.as_bytes());
+    let (status, resp) = h.send("GET", &uri, Some(&h.globex), Body::empty()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{resp}");
+
+    // Session lists.
+    let (status, resp) = h
+        .send("GET", "/v1/sessions", Some(&h.globex), Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert!(!resp.to_string().contains("secret"), "{resp}");
+    let (status, resp) = h
+        .send("GET", "/v1/sessions", Some(&h.acme), Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert!(resp.to_string().contains("secret"), "{resp}");
+}
