@@ -1,10 +1,9 @@
 //! The memory extractor (SPEC §6). In this version it consumes the log in its own consumer group, keeps
 //! its offsets and counts what it sees; its rules come with the memory-and-compaction issue.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 
-use strata_runtime::follow::{follow_log, FollowStats};
+use strata_runtime::follow::{follow_counting, CountsByType, FollowStats};
 use strata_runtime::Backends;
 
 /// The consumer group of the memory extractor.
@@ -15,11 +14,6 @@ pub async fn run(
     backends: &Backends,
     group: &str,
     shutdown: impl Future<Output = ()>,
-) -> Result<(FollowStats, BTreeMap<&'static str, u64>), strata_log::Error> {
-    let mut by_type: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let stats = follow_log(backends, group, shutdown, |event| {
-        *by_type.entry(event.event_type().as_str()).or_default() += 1;
-    })
-    .await?;
-    Ok((stats, by_type))
+) -> Result<(FollowStats, CountsByType), strata_log::Error> {
+    follow_counting(backends, group, shutdown).await
 }

@@ -60,3 +60,21 @@ where
     tracing::info!(group, events = stats.events, "consumer stopped");
     Ok(stats)
 }
+
+/// Events seen, by event type.
+pub type CountsByType = std::collections::BTreeMap<&'static str, u64>;
+
+/// [`follow_log`] that only counts what it consumes, by event type: what a derived service does
+/// before its rules exist.
+pub async fn follow_counting(
+    backends: &Backends,
+    group: &str,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(FollowStats, CountsByType), strata_log::Error> {
+    let mut by_type = CountsByType::new();
+    let stats = follow_log(backends, group, shutdown, |event| {
+        *by_type.entry(event.event_type().as_str()).or_default() += 1;
+    })
+    .await?;
+    Ok((stats, by_type))
+}
