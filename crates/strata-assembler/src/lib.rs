@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::json;
 use strata_core::assembly::{assemble, Assembled, AssemblyRequest, Provider};
 use strata_core::payload::{ContextBuilt, Payload};
-use strata_core::tokens::O200k;
+use strata_core::tokens::{CachedCounter, O200k};
 use strata_core::Event;
 use strata_ingest::{Ingestor, Publisher};
 use strata_runtime::Backends;
@@ -50,7 +50,7 @@ pub struct AssemblerOptions {
 impl Default for AssemblerOptions {
     fn default() -> Self {
         Self {
-            window: 1024,
+            window: 256,
             max_projection_wait: Duration::from_secs(5),
             record_assemblies: true,
         }
@@ -84,7 +84,12 @@ pub struct Assembler {
     backends: Backends,
     ingestor: Arc<Ingestor>,
     options: AssemblerOptions,
+    /// Token counts of segments already seen: the next call of a session mostly re-sends them.
+    tokens: Arc<CachedCounter<O200k>>,
 }
+
+/// Token counts kept by one assembler.
+const TOKEN_CACHE_ENTRIES: usize = 200_000;
 
 impl Assembler {
     pub fn new(backends: Backends, ingestor: Arc<Ingestor>, options: AssemblerOptions) -> Self {
@@ -92,6 +97,7 @@ impl Assembler {
             backends,
             ingestor,
             options,
+            tokens: Arc::new(CachedCounter::new(O200k, TOKEN_CACHE_ENTRIES)),
         }
     }
 
@@ -138,7 +144,7 @@ impl Assembler {
             request: request.request.clone(),
             verbatim_turns: request.verbatim_turns.unwrap_or(3),
         };
-        let mut assembled = assemble(&snapshot, &assembly_request, &O200k);
+        let mut assembled = assemble(&snapshot, &assembly_request, self.tokens.as_ref());
         assembled.assembly.projection_complete = complete;
         assembled
             .assembly

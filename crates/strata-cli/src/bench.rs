@@ -24,6 +24,7 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
     );
     println!();
     println!("{:<52} {:>14}", "measure", "result");
+    raw_figures(events).await?;
     for fsync in [FsyncPolicy::Always, FsyncPolicy::Never] {
         let dir = tempfile::tempdir()?;
         let opts = BackendOpts {
@@ -84,6 +85,20 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
         }
         strata_projector::catch_up(&backends).await?;
         for record in [false, true] {
+            // Recorded assemblies go back to the log; a projector follows them, as in `strata dev`.
+            let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+            let follower = if record {
+                let projector = strata_projector::Projector::start(
+                    backends.clone(),
+                    strata_projector::ProjectorOptions::default(),
+                )
+                .await?;
+                Some(tokio::spawn(projector.run(async move {
+                    let _ = stop_rx.wait_for(|s| *s).await;
+                })))
+            } else {
+                None
+            };
             let assembler = Assembler::new(
                 backends.clone(),
                 ingestor.clone(),
@@ -93,6 +108,7 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
                 },
             );
             let mut times = Vec::with_capacity(assemblies);
+            let mut phases: Vec<(u64, u64)> = Vec::with_capacity(assemblies);
             let mut last = None;
             for i in 0..assemblies {
                 let request = ContextRequest {
@@ -104,6 +120,11 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
                 let started = Instant::now();
                 let a = assembler.context(TENANT, &session, &request).await?;
                 times.push(started.elapsed());
+                let t = &a.assembly.timings_us;
+                phases.push((
+                    t.get("snapshot").copied().unwrap_or(0),
+                    t.get("assemble").copied().unwrap_or(0),
+                ));
                 last = Some(a);
             }
             times.sort();
@@ -116,6 +137,19 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
                 ),
                 format!("{} / {}", ms(p(0.5)), ms(p(0.99)))
             );
+            phases.sort();
+            let mid = phases[phases.len() / 2];
+            if !record {
+                println!(
+                    "{:<52} {:>14}",
+                    "  median split: snapshot read / policy + render",
+                    format!(
+                        "{:.2} / {:.2} ms",
+                        mid.0 as f64 / 1000.0,
+                        mid.1 as f64 / 1000.0
+                    )
+                );
+            }
             if let (false, Some(a)) = (record, last) {
                 println!(
                     "{:<52} {:>14}",
@@ -131,9 +165,88 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
                     )
                 );
             }
-            strata_projector::catch_up(&backends).await?;
+            if let Some(follower) = follower {
+                let _ = stop_tx.send(true);
+                follower.await??;
+            }
         }
     }
+    Ok(())
+}
+
+/// The layers under ingest on their own: Avro encode/decode and the file log.
+async fn raw_figures(events: u64) -> anyhow::Result<()> {
+    let codec = strata_codec::AvroCodec::new();
+    let all: Vec<Event> = small_events(events).collect();
+    let started = Instant::now();
+    let encoded: Vec<Vec<u8>> = all
+        .iter()
+        .map(|e| codec.encode(e))
+        .collect::<Result<_, _>>()?;
+    let encode = started.elapsed();
+    let started = Instant::now();
+    for bytes in &encoded {
+        std::hint::black_box(codec.decode(bytes)?);
+    }
+    let decode = started.elapsed();
+    println!(
+        "{:<52} {:>10.0} ev/s",
+        format!(
+            "Avro encode (single-object, ~{} bytes/event)",
+            encoded.iter().map(Vec::len).sum::<usize>() / encoded.len().max(1)
+        ),
+        events as f64 / encode.as_secs_f64()
+    );
+    println!(
+        "{:<52} {:>10.0} ev/s",
+        "Avro decode",
+        events as f64 / decode.as_secs_f64()
+    );
+    let dir = tempfile::tempdir()?;
+    let log = strata_log::open(
+        &format!("file://{}", dir.path().display()),
+        strata_log::FileLogOptions {
+            fsync: FsyncPolicy::Always,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let started = Instant::now();
+    for (chunk, events) in encoded.chunks(BATCH).zip(all.chunks(BATCH)) {
+        let records = chunk
+            .iter()
+            .zip(events)
+            .map(|(value, e)| strata_log::NewRecord {
+                key: e.session_id.as_bytes().to_vec(),
+                headers: Vec::new(),
+                value: value.clone(),
+                timestamp_ms: 0,
+            })
+            .collect();
+        log.append(records).await?;
+    }
+    let append = started.elapsed();
+    println!(
+        "{:<52} {:>10.0} ev/s",
+        format!("file log append alone (batches of {BATCH}, fsync Always)"),
+        events as f64 / append.as_secs_f64()
+    );
+    let started = Instant::now();
+    let mut read = 0u64;
+    for p in 0..log.partition_count() {
+        let mut from = 0;
+        loop {
+            let records = log.read(p, from, 5000).await?;
+            let Some(last) = records.last() else { break };
+            from = last.offset + 1;
+            read += records.len() as u64;
+        }
+    }
+    println!(
+        "{:<52} {:>10.0} ev/s",
+        "file log sequential read (CRC-checked)",
+        read as f64 / started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -465,10 +465,11 @@ pub fn assemble(
         order: (1, 0, 1),
     });
 
-    // Completed turns, newest first: the last `verbatim_turns` verbatim (P1), older ones as
-    // digests (P3).
-    let mut turn_units: Vec<Unit> = Vec::new();
-    for (age, turn) in turns.iter().rev().enumerate() {
+    // Completed turns, newest first: the last `verbatim_turns` verbatim (P1). Older ones are
+    // digested (P3) lazily below: only as many as the budget can take are rendered.
+    let completed: Vec<&Vec<&TimelineMessage>> = turns.iter().rev().collect();
+    let verbatim_count = request.verbatim_turns.min(completed.len());
+    let render_turn = |age: usize, turn: &[&TimelineMessage]| -> Unit {
         let verbatim = age < request.verbatim_turns;
         let mode = if verbatim {
             Rendering::Recent
@@ -485,7 +486,7 @@ pub fn assemble(
             t += mt;
         }
         let first_seq = turn.first().map(|m| m.seq).unwrap_or(0);
-        turn_units.push(Unit {
+        Unit {
             kind: if verbatim { "turn" } else { "turn_digest" },
             tier: if verbatim { Tier::P1 } else { Tier::P3 },
             reason: if verbatim {
@@ -503,8 +504,13 @@ pub fn assemble(
             tokens: t,
             protected: false,
             order: (2, first_seq, 0),
-        });
-    }
+        }
+    };
+    let turn_units: Vec<Unit> = completed[..verbatim_count]
+        .iter()
+        .enumerate()
+        .map(|(age, turn)| render_turn(age, turn))
+        .collect();
 
     // Selection: P0 always; then the current turn's other steps newest first; then state,
     // recent turns, facts, digests.
@@ -531,11 +537,8 @@ pub fn assemble(
     }
     let mut rest: Vec<Unit> = Vec::new();
     rest.extend(other_steps.into_iter().rev());
-    let (recent, old): (Vec<Unit>, Vec<Unit>) =
-        turn_units.into_iter().partition(|u| u.tier == Tier::P1);
-    rest.extend(recent);
+    rest.extend(turn_units);
     rest.extend(facts_unit);
-    rest.extend(old);
     // Once a turn of some tier does not fit, older turns of that tier are not considered, so the
     // kept turns stay contiguous with the present.
     let mut closed_tiers: Vec<Tier> = Vec::new();
@@ -556,6 +559,26 @@ pub fn assemble(
         if selected.len() == before && is_turn {
             closed_tiers.push(omitted_items.last().map(|o| o.tier).unwrap_or(Tier::P3));
         }
+    }
+
+    // Digests of older turns, newest first, until the budget is spent; the rest are counted as
+    // omitted without being rendered (their size estimated from the stored token counts).
+    let mut digests_closed = false;
+    for (age, turn) in completed.iter().enumerate().skip(verbatim_count) {
+        if !digests_closed {
+            let unit = render_turn(age, turn);
+            let before = selected.len();
+            consider(unit, &mut selected, &mut omitted_items);
+            digests_closed = selected.len() == before;
+            continue;
+        }
+        omitted_items.push(Omission {
+            kind: "turn_digest".into(),
+            tier: Tier::P3,
+            reason: OmissionReason::Budget,
+            source_event_ids: turn.iter().map(|m| m.event_id.clone()).collect(),
+            tokens: turn.iter().map(|m| m.tokens).sum(),
+        });
     }
 
     selected.sort_by_key(|u| u.order);
@@ -839,18 +862,21 @@ pub fn preview(text: &str) -> String {
 
 /// Whether a line of tool output says something went wrong.
 fn is_salient(line: &str) -> bool {
-    let l = line.to_ascii_lowercase();
-    [
-        "error",
-        "fail",
-        "panic",
-        "assert",
-        "warning",
-        "exception",
-        "traceback",
-    ]
-    .iter()
-    .any(|w| l.contains(w))
+    const WORDS: [&[u8]; 7] = [
+        b"error",
+        b"fail",
+        b"panic",
+        b"assert",
+        b"warning",
+        b"exception",
+        b"traceback",
+    ];
+    let bytes = line.as_bytes();
+    WORDS.iter().any(|w| {
+        bytes
+            .windows(w.len())
+            .any(|window| window.eq_ignore_ascii_case(w))
+    })
 }
 
 /// The lines of an output that matter once its turn is over: the first line, the salient lines

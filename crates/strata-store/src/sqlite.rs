@@ -521,19 +521,44 @@ impl ProjectionStore for SqliteStore {
             "SELECT tool_call_id, name, args, call_tokens, request_event_id, request_seq, status, \
              result_event_id, output, output_ref, output_preview, output_bytes, output_tokens, \
              preview_tokens, error, retryable, privacy_class, message_id FROM tool_calls \
-             WHERE tenant_id = ? AND session_id = ? AND {lineage_sql} \
-             AND (request_seq >= ? OR status IN ('pending', 'awaiting_approval')) \
+             WHERE tenant_id = ? AND session_id = ? AND request_seq >= ? AND {lineage_sql} \
              ORDER BY request_seq",
             lineage_sql = lineage_clause("request_seq")
         );
-        let call_rows = bind_lineage(sqlx::query(&calls_sql).bind(tenant).bind(session))
-            .bind(if messages.is_empty() {
-                0
-            } else {
-                min_seq as i64
-            })
-            .fetch_all(&self.pool)
-            .await?;
+        let window_start = if messages.is_empty() { 0 } else { min_seq };
+        let mut call_rows = bind_lineage(
+            sqlx::query(&calls_sql)
+                .bind(tenant)
+                .bind(session)
+                .bind(window_start as i64),
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        // Open calls older than the window (rare): by id, from the fold.
+        let old_open: Vec<&String> = fold
+            .open_tool_calls
+            .values()
+            .filter(|c| c.request_seq < window_start)
+            .map(|c| &c.tool_call_id)
+            .collect();
+        if !old_open.is_empty() {
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "SELECT tool_call_id, name, args, call_tokens, request_event_id, request_seq, \
+                 status, result_event_id, output, output_ref, output_preview, output_bytes, \
+                 output_tokens, preview_tokens, error, retryable, privacy_class, message_id \
+                 FROM tool_calls WHERE tenant_id = ",
+            );
+            q.push_bind(tenant)
+                .push(" AND session_id = ")
+                .push_bind(session)
+                .push(" AND tool_call_id IN (");
+            let mut sep = q.separated(", ");
+            for id in old_open {
+                sep.push_bind(id.clone());
+            }
+            q.push(")");
+            call_rows.extend(q.build().fetch_all(&self.pool).await?);
+        }
         let by_message: HashMap<String, usize> = messages
             .iter()
             .enumerate()
