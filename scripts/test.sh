@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Runs Strata's whole test suite: formatting, lints, and every test of the workspace.
+# Runs Strata's whole test suite: formatting, lints, and every test of the workspace, the
+# distributed backends included, against real servers (PostgreSQL, Redis, an S3-compatible
+# server) that scripts/services.sh installs when missing and starts on loopback. They are
+# stopped when this script exits, whatever happened.
 #
-# Needs only the Rust toolchain (rustup's cargo with rustfmt and clippy). The suite runs on the
-# embedded backends (file log, SQLite, in-process hot state, local blobs); nothing else to install.
+# Needs the Rust toolchain and root (for apt-get and to run PostgreSQL as its own user).
+# Set STRATA_SKIP_SERVICES=1 to run without the servers (the distributed tests then skip,
+# saying why; in CI, where CI is set, they fail instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,9 +16,23 @@ cargo fmt --all --check
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "==> cargo test"
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+cleanup() {
+    rm -f "$log"
+    if [ "${STRATA_SKIP_SERVICES:-0}" != 1 ]; then
+        scripts/services.sh stop || true
+    fi
+}
+trap cleanup EXIT
+
+if [ "${STRATA_SKIP_SERVICES:-0}" != 1 ]; then
+    echo "==> starting PostgreSQL, Redis and S3 (moto)"
+    scripts/services.sh start
+    # shellcheck disable=SC1090
+    source "${STRATA_SERVICES_DIR:-/tmp/strata-services}/env"
+fi
+
+echo "==> cargo test"
 set +e
 cargo test --workspace --locked 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

@@ -23,13 +23,10 @@ pub fn routes(assembler: Assembler) -> Router {
         .route("/v1/sessions/{session}/events", get(events))
         .route("/v1/assemblies/{assembly}", get(assembly))
         .route("/v1/artifacts/{sha256}", get(artifact))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready))
-        .route(
-            "/metrics",
-            get(|| async { strata_runtime::metrics::render() }),
-        )
-        .with_state(assembler)
+        .with_state(assembler.clone())
+        .merge(strata_runtime::admin::admin_routes(
+            assembler.backends().clone(),
+        ))
 }
 
 async fn tenant(a: &Assembler, headers: &HeaderMap) -> Result<String, ApiError> {
@@ -171,25 +168,4 @@ async fn artifact(
         Err(e @ strata_blob::Error::InvalidId(_)) => Err(ApiError::bad_request(e.to_string())),
         Err(e) => Err(ApiError::internal(&e)),
     }
-}
-
-async fn ready(State(a): State<Assembler>) -> Result<&'static str, ApiError> {
-    let b = a.backends();
-    b.log
-        .ping()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("log: {e}")))?;
-    b.store
-        .ping()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("projection store: {e}")))?;
-    b.hot
-        .ping()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("hot state: {e}")))?;
-    b.blobs
-        .ping()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("blob store: {e}")))?;
-    Ok("ready")
 }

@@ -1,28 +1,60 @@
 //! Artifacts (SPEC §4): raw tool outputs and files, stored content-addressed by SHA-256 through
 //! `object_store`, so the same bytes are stored once and a re-upload is a no-op.
 //!
-//! Backends are chosen by URL: `file://DIR` (the embedded default, a local directory) and
-//! `memory://` (tests). Keys are `tenants/<tenant>/artifacts/sha256/<first two hex>/<hex>`: a
-//! tenant's artifacts live under its own prefix, and every read names the tenant.
+//! # Backends
 //!
-//! Only create-if-absent writes are used (no conditional updates), which every `object_store`
-//! backend supports, the local file system included.
+//! [`BlobStore::open`] picks the backend from the URL:
+//!
+//! | URL | backend | use |
+//! | --- | --- | --- |
+//! | `file://DIR` | a local directory (created when missing) | the embedded default (`strata dev`) |
+//! | `memory://` | in process, lost on exit | tests |
+//! | `s3://BUCKET[/PREFIX]` | S3 or an S3-compatible store (MinIO, moto, R2, ...) | production |
+//!
+//! `s3://` reads the rest of its configuration from the standard `AWS_*` environment variables
+//! (`AmazonS3Builder::from_env`): `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+//! `AWS_SESSION_TOKEN`, `AWS_REGION` / `AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL` (an S3-compatible
+//! server), `AWS_ALLOW_HTTP=true` (plain-HTTP endpoints), and web-identity / container
+//! credentials. With an endpoint set, requests use path-style addressing
+//! (`http://ENDPOINT/BUCKET/KEY`) unless `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` says otherwise. The
+//! optional `PREFIX` puts every key of this store under `PREFIX/`, so several deployments can
+//! share a bucket. Errors name the store (`s3://BUCKET/PREFIX`), never credentials.
+//!
+//! Keys are `tenants/<tenant>/artifacts/sha256/<first two hex>/<hex>`: a tenant's artifacts live
+//! under its own prefix, and every read names the tenant.
+//!
+//! Only create-if-absent writes are used (`PutMode::Create`, never conditional updates), which
+//! every backend here supports: the local file system and memory natively, S3 with
+//! `If-None-Match: *` (object_store's default `S3ConditionalPut::ETagMatch`; AWS S3, MinIO, R2
+//! and moto answer an existing key with 412, which becomes "already stored"). Since the key is
+//! the hash of the bytes, a lost race between two writers of the same artifact is harmless.
+//!
+//! ```no_run
+//! # fn demo() -> strata_blob::Result<()> {
+//! use strata_blob::BlobStore;
+//! let local = BlobStore::open("file://./data/blobs")?;
+//! let s3 = BlobStore::open("s3://my-bucket/strata/prod")?; // AWS_* from the environment
+//! # let _ = (local, s3); Ok(()) }
+//! ```
 
 use std::sync::Arc;
 
 use bytes::Bytes;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
+use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 
 /// Errors of the blob store.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The object store failed.
-    #[error("blob store error: {0}")]
-    Store(#[from] object_store::Error),
+    /// The object store failed. `store` names it (`s3://bucket/prefix`, `file://dir`,
+    /// `memory://`); `message` is the backend's error with any configured credentials removed.
+    #[error("blob store {store}: {message}")]
+    Store { store: String, message: String },
     /// The URL names a backend this build does not have, or is malformed.
     #[error("unsupported blob url {url:?}: {reason}")]
     UnsupportedUrl { url: String, reason: String },
@@ -54,43 +86,130 @@ pub fn artifact_uri(sha256: &str) -> String {
 }
 
 /// Content-addressed artifact storage over any `object_store` backend.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BlobStore {
     store: Arc<dyn ObjectStore>,
+    /// What errors call this store, e.g. `s3://bucket/prefix`.
+    name: String,
+    /// Configured credentials, scrubbed from error messages (S3 error bodies can echo the
+    /// access key id).
+    secrets: Arc<[String]>,
+}
+
+impl std::fmt::Debug for BlobStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobStore")
+            .field("store", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl BlobStore {
-    /// Opens the store a URL names: `file://DIR` (created when missing) or `memory://`.
+    /// Opens the store a URL names: `file://DIR` (created when missing), `memory://` or
+    /// `s3://BUCKET[/PREFIX]` (configured from `AWS_*`; see the crate docs). Nothing is
+    /// contacted yet: use [`BlobStore::ping`] to check the backend.
     pub fn open(url: &str) -> Result<BlobStore> {
-        let store: Arc<dyn ObjectStore> = match url.split_once("://") {
-            Some(("file", dir)) => {
-                std::fs::create_dir_all(dir).map_err(|e| Error::UnsupportedUrl {
-                    url: url.to_owned(),
-                    reason: format!("cannot create directory: {e}"),
-                })?;
-                Arc::new(LocalFileSystem::new_with_prefix(dir)?)
-            }
-            Some(("memory", _)) => Arc::new(InMemory::new()),
-            Some(("s3", _)) => {
-                return Err(Error::UnsupportedUrl {
-                    url: url.to_owned(),
-                    reason: "the s3 backend is not built yet (see the distributed-backends issue)"
-                        .into(),
-                })
-            }
-            _ => {
-                return Err(Error::UnsupportedUrl {
-                    url: url.to_owned(),
-                    reason: "expected file://DIR or memory://".into(),
-                })
-            }
+        let unsupported = |reason: String| Error::UnsupportedUrl {
+            url: url.to_owned(),
+            reason,
         };
-        Ok(BlobStore { store })
+        match url.split_once("://") {
+            Some(("file", dir)) => {
+                let name = format!("file://{dir}");
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| unsupported(format!("cannot create directory: {e}")))?;
+                let store = LocalFileSystem::new_with_prefix(dir).map_err(|e| Error::Store {
+                    store: name.clone(),
+                    message: e.to_string(),
+                })?;
+                Ok(BlobStore::named(Arc::new(store), name, Vec::new()))
+            }
+            Some(("memory", _)) => Ok(BlobStore::named(
+                Arc::new(InMemory::new()),
+                "memory://".into(),
+                Vec::new(),
+            )),
+            Some(("s3", rest)) => Self::open_s3(rest).map_err(unsupported),
+            _ => Err(unsupported(
+                "expected file://DIR, memory:// or s3://BUCKET[/PREFIX]".into(),
+            )),
+        }
+    }
+
+    /// `rest` is `BUCKET[/PREFIX]`; errors are the reason the URL is unusable.
+    fn open_s3(rest: &str) -> Result<BlobStore, String> {
+        if rest.contains(['?', '#']) {
+            return Err("s3 urls take no query or fragment; configure through AWS_*".into());
+        }
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let prefix = prefix.trim_matches('/');
+        if bucket.is_empty() {
+            return Err("missing bucket: expected s3://BUCKET[/PREFIX]".into());
+        }
+        let prefix = if prefix.is_empty() {
+            None
+        } else {
+            Some(Path::parse(prefix).map_err(|e| format!("invalid prefix: {e}"))?)
+        };
+        let name = match &prefix {
+            Some(p) => format!("s3://{bucket}/{p}"),
+            None => format!("s3://{bucket}"),
+        };
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if builder
+            .get_config_value(&AmazonS3ConfigKey::Endpoint)
+            .is_some()
+            && std::env::var_os("AWS_VIRTUAL_HOSTED_STYLE_REQUEST").is_none()
+        {
+            // S3-compatible servers (MinIO, moto, ...) want http://ENDPOINT/BUCKET/KEY.
+            builder = builder.with_virtual_hosted_style_request(false);
+        }
+        let secrets: Vec<String> = [
+            AmazonS3ConfigKey::AccessKeyId,
+            AmazonS3ConfigKey::SecretAccessKey,
+            AmazonS3ConfigKey::Token,
+        ]
+        .iter()
+        .filter_map(|k| builder.get_config_value(k))
+        .filter(|v| !v.is_empty())
+        .collect();
+        let s3 = builder.build().map_err(|e| {
+            format!(
+                "cannot configure {name}: {}",
+                scrub(&e.to_string(), &secrets)
+            )
+        })?;
+        let store: Arc<dyn ObjectStore> = match prefix {
+            Some(p) => Arc::new(PrefixStore::new(s3, p)),
+            None => Arc::new(s3),
+        };
+        Ok(BlobStore::named(store, name, secrets))
     }
 
     /// Wraps an existing object store.
     pub fn from_object_store(store: Arc<dyn ObjectStore>) -> BlobStore {
-        BlobStore { store }
+        let name = store.to_string();
+        BlobStore::named(store, name, Vec::new())
+    }
+
+    fn named(store: Arc<dyn ObjectStore>, name: String, secrets: Vec<String>) -> BlobStore {
+        BlobStore {
+            store,
+            name,
+            secrets: secrets.into(),
+        }
+    }
+
+    /// The store's name as errors give it, e.g. `s3://bucket/prefix`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn error(&self, op: &str, e: object_store::Error) -> Error {
+        Error::Store {
+            store: self.name.clone(),
+            message: scrub(&format!("{op} failed: {e}"), &self.secrets),
+        }
     }
 
     fn path(tenant: &str, sha256: &str) -> Path {
@@ -120,7 +239,7 @@ impl BlobStore {
         {
             Ok(_) => true,
             Err(object_store::Error::AlreadyExists { .. }) => false,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(self.error("put", e)),
         };
         Ok(StoredArtifact {
             uri: artifact_uri(&sha256),
@@ -140,9 +259,9 @@ impl BlobStore {
             return Err(Error::InvalidId(sha256.to_owned()));
         }
         let bytes = match self.store.get(&Self::path(tenant, sha256)).await {
-            Ok(r) => r.bytes().await?,
+            Ok(r) => r.bytes().await.map_err(|e| self.error("get", e))?,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(self.error("get", e)),
         };
         if strata_core::sha256_hex(&bytes) != sha256 {
             return Err(Error::Corrupt(sha256.to_owned()));
@@ -150,13 +269,25 @@ impl BlobStore {
         Ok(Some(bytes))
     }
 
-    /// Checks that the backend answers.
+    /// Checks that the backend answers (on S3: that the bucket exists and the credentials may
+    /// list it).
     pub async fn ping(&self) -> Result<()> {
-        match self.store.head(&Path::from("strata-ping")).await {
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
+        match self
+            .store
+            .list_with_delimiter(Some(&Path::from("strata-ping")))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.error("ping", e)),
         }
     }
+}
+
+/// `message` with every secret replaced.
+fn scrub(message: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(message.to_owned(), |m, secret| {
+        m.replace(secret.as_str(), "***")
+    })
 }
 
 #[cfg(test)]
@@ -193,5 +324,28 @@ mod tests {
             store.get_artifact("acme", "../../etc").await,
             Err(Error::InvalidId(_))
         ));
+    }
+
+    #[test]
+    fn errors_never_carry_credentials() {
+        let secrets = vec!["AKIAEXAMPLE".to_owned(), "wJalrXUtnFEMI/K7MDENG".to_owned()];
+        let body =
+            "<Error><Code>SignatureDoesNotMatch</Code><AWSAccessKeyId>AKIAEXAMPLE</AWSAccessKeyId>\
+                    <StringToSign>wJalrXUtnFEMI/K7MDENG</StringToSign></Error>";
+        let scrubbed = scrub(body, &secrets);
+        assert!(!scrubbed.contains("AKIAEXAMPLE"), "{scrubbed}");
+        assert!(!scrubbed.contains("wJalrXUtnFEMI"), "{scrubbed}");
+        assert!(scrubbed.contains("SignatureDoesNotMatch"));
+    }
+
+    #[test]
+    fn s3_urls_name_bucket_and_prefix() {
+        let store = BlobStore::open("s3://bucket//a/b/").unwrap();
+        assert_eq!(store.name(), "s3://bucket/a/b");
+        assert_eq!(
+            BlobStore::open("s3://bucket").unwrap().name(),
+            "s3://bucket"
+        );
+        assert!(format!("{store:?}").contains("s3://bucket/a/b"));
     }
 }

@@ -3,8 +3,50 @@
 //! (idempotency), and the projected state and open tool calls (the assembler's fast path).
 //!
 //! Hot state is a cache over the log and the projections: every value can be recomputed, so a
-//! miss falls back to the projection store (slower, never wrong). `memory://` keeps it in
-//! process, which is what the embedded default runs.
+//! miss falls back to the projection store (slower, never wrong).
+//!
+//! # Backends
+//!
+//! [`open`] picks the backend from the URL:
+//!
+//! | URL | backend | use |
+//! | --- | --- | --- |
+//! | `memory://` | [`MemoryHotState`], in process | the embedded default (`strata dev`), tests |
+//! | `redis://[:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]` | [`RedisHotState`] | production: shared by every instance |
+//! | `rediss://...` | [`RedisHotState`] over TLS (rustls, system roots) | production |
+//!
+//! Redis options are query parameters (unknown ones are passed on to the `redis` crate, which
+//! ignores what it does not know):
+//!
+//! - `ttl_secs` (default 604800, 7 days): lifetime of log heads and projected sessions; every
+//!   write refreshes it.
+//! - `accepted_ttl_secs` (default 604800, 7 days): lifetime of accepted event ids, i.e. the
+//!   window in which a re-published event is answered from Redis instead of the projections.
+//!
+//! # Expiry and fallback
+//!
+//! A missing key is a cache miss, whether it expired, was evicted or never existed: the port
+//! answers `None` and callers go to the projection store — ingest reads the head from the
+//! session fold and seeds it with a compare-and-set from `None`, looks up event ids it does not
+//! find here in the projections, and the assembler compares the log head with the projections'
+//! head. Backend failures are errors ([`Error::Unavailable`]), never silent misses. The TTL has to
+//! exceed the time the projector can lag behind ingest (a head that expires while the
+//! projections lag would be reseeded from them); seven days leaves a wide margin.
+//!
+//! Redis keys are `strata:{<tenant>}:head:<session>`, `strata:{<tenant>}:evt:<event_id>` and
+//! `strata:{<tenant>}:proj:v1:<session>`. The braces are a Redis Cluster hash tag: all keys of a
+//! tenant map to one slot, so a script may touch a tenant's heads and event ids together. `:`,
+//! `{`, `}` and `%` in the tenant are percent-encoded so distinct (tenant, id) pairs never share a
+//! key. The `v1` in projected keys versions the JSON shape of [`ProjectedSession`]: a build that
+//! changes the shape bumps it, and old values simply expire.
+//!
+//! ```no_run
+//! # async fn demo() -> strata_hot::Result<()> {
+//! let hot = strata_hot::open("redis://127.0.0.1:6379/0?ttl_secs=86400").await?;
+//! hot.ping().await?;
+//! let embedded = strata_hot::open("memory://").await?;
+//! # let _ = embedded; Ok(()) }
+//! ```
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -14,6 +56,10 @@ use async_trait::async_trait;
 use strata_core::projection::{AgentState, OpenToolCall};
 use tokio::sync::RwLock;
 
+mod redis;
+
+pub use self::redis::{RedisHotState, RedisOptions, DEFAULT_TTL};
+
 /// Errors of the hot state.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -21,9 +67,14 @@ pub enum Error {
     /// The URL names a backend this build does not have.
     #[error("unsupported hot-state url {url:?}: {reason}")]
     UnsupportedUrl { url: String, reason: String },
-    /// The backend could not be reached.
+    /// The backend could not be reached or failed. The message names the operation, never a
+    /// stored value.
     #[error("hot state unavailable: {0}")]
     Unavailable(String),
+    /// The backend holds a value this build cannot read (damaged, or written by a build with
+    /// another layout). The message names the operation, never the value.
+    #[error("hot state holds an unreadable value: {0}")]
+    Corrupt(String),
 }
 
 /// Result with the hot state's [`Error`].
@@ -42,7 +93,8 @@ pub struct ProjectedSession {
 /// The hot-state port.
 #[async_trait]
 pub trait HotState: Debug + Send + Sync + 'static {
-    /// The session's log head: the highest seq ingest has assigned (`None`: unknown here).
+    /// The session's log head: the highest seq ingest has assigned (`None`: unknown here, or
+    /// expired; callers fall back to the projections).
     async fn log_head(&self, tenant: &str, session: &str) -> Result<Option<u64>>;
 
     /// Sets the log head to `new` if it is `expected` now (`None`: absent). Returns whether it
@@ -55,7 +107,8 @@ pub trait HotState: Debug + Send + Sync + 'static {
         new: u64,
     ) -> Result<bool>;
 
-    /// The seq an accepted event got, if this cache knows the event id.
+    /// The seq an accepted event got, if this cache knows the event id (`None`: unknown here, or
+    /// expired; callers fall back to the projections).
     async fn accepted_seq(&self, tenant: &str, event_id: &str) -> Result<Option<u64>>;
 
     /// Remembers accepted event ids with their seqs.
@@ -69,7 +122,7 @@ pub trait HotState: Debug + Send + Sync + 'static {
         value: ProjectedSession,
     ) -> Result<()>;
 
-    /// What the projector last published for a session.
+    /// What the projector last published for a session (`None`: unknown here, or expired).
     async fn projected(&self, tenant: &str, session: &str) -> Result<Option<ProjectedSession>>;
 
     /// Checks that the backend is reachable.
@@ -78,19 +131,34 @@ pub trait HotState: Debug + Send + Sync + 'static {
 
 fn _assert_object_safe(_: &dyn HotState) {}
 
-/// Opens the hot state a URL names: `memory://`.
-pub fn open(url: &str) -> Result<Arc<dyn HotState>> {
+/// Opens the hot state a URL names: `memory://`, `redis://...` or `rediss://...` (see the
+/// crate docs for the options). A Redis URL connects before it returns, so a wrong address fails
+/// at startup rather than on the first request.
+pub async fn open(url: &str) -> Result<Arc<dyn HotState>> {
     match url.split_once("://") {
         Some(("memory", _)) => Ok(Arc::new(MemoryHotState::default())),
-        Some(("redis" | "rediss", _)) => Err(Error::UnsupportedUrl {
-            url: url.to_owned(),
-            reason: "the redis backend is not built yet (see the distributed-backends issue)"
-                .into(),
-        }),
+        Some(("redis" | "rediss", _)) => Ok(Arc::new(RedisHotState::open(url).await?)),
         _ => Err(Error::UnsupportedUrl {
-            url: url.to_owned(),
-            reason: "expected memory://".into(),
+            url: redact_url(url),
+            reason: "expected memory://, redis://HOST[:PORT][/DB] or rediss://...".into(),
         }),
+    }
+}
+
+/// `url` with any password replaced, fit for errors and logs.
+pub(crate) fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            parsed.to_string()
+        }
+        // An unparseable URL may still hold a secret: keep only its scheme.
+        Err(_) => match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://..."),
+            None => "<unparseable url>".into(),
+        },
     }
 }
 
@@ -195,5 +263,21 @@ mod tests {
         assert_eq!(h.log_head("t", "s").await.unwrap(), Some(2));
         // Tenants never share keys.
         assert_eq!(h.log_head("u", "s").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn urls_pick_the_backend() {
+        open("memory://").await.unwrap().ping().await.unwrap();
+        for url in ["postgres://u:hunter2@h/db", "memory", "redis+sentinel://h"] {
+            let err = open(url).await.unwrap_err();
+            assert!(
+                matches!(err, Error::UnsupportedUrl { .. }),
+                "{url}: {err:?}"
+            );
+            assert!(
+                !err.to_string().contains("hunter2"),
+                "password leaked: {err}"
+            );
+        }
     }
 }

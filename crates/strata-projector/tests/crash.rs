@@ -134,7 +134,7 @@ async fn backends_over(log: Arc<dyn EventLog>, dir: &std::path::Path, name: &str
     Backends::from_parts(
         log,
         Arc::new(store),
-        strata_hot::open("memory://").unwrap(),
+        strata_hot::open("memory://").await.unwrap(),
         BlobStore::open(&format!("file://{}", dir.join("blobs").display())).unwrap(),
         dir.to_path_buf(),
     )
@@ -206,7 +206,7 @@ async fn failing_after_the_write_before_the_commit_changes_nothing() {
         let backends = Backends::from_parts(
             log.clone(),
             store.clone(),
-            strata_hot::open("memory://").unwrap(),
+            strata_hot::open("memory://").await.unwrap(),
             BlobStore::open("memory://").unwrap(),
             dir.path().to_path_buf(),
         );
@@ -247,7 +247,7 @@ async fn a_projector_recovers_in_process_after_a_failed_commit() {
     let backends = Backends::from_parts(
         log.clone(),
         store.clone(),
-        strata_hot::open("memory://").unwrap(),
+        strata_hot::open("memory://").await.unwrap(),
         BlobStore::open("memory://").unwrap(),
         dir.path().to_path_buf(),
     );

@@ -11,6 +11,7 @@ use strata_hot::HotState;
 use strata_log::{EventLog, FileLogOptions, FsyncPolicy};
 use strata_store::ProjectionStore;
 
+pub mod admin;
 pub mod auth;
 mod error;
 mod lock;
@@ -160,7 +161,7 @@ impl Backends {
         )
         .await?;
         let store = strata_store::open(&opts.db_url()).await?;
-        let hot = strata_hot::open(&opts.hot_url())?;
+        let hot = strata_hot::open(&opts.hot_url()).await?;
         let blobs = BlobStore::open(&opts.blob_url())?;
         Ok(Backends {
             log,

@@ -1,5 +1,7 @@
 //! Strata's projection store (SPEC §5): the [`ProjectionStore`] port and its backends, chosen by
-//! URL. `sqlite://PATH` is the embedded default ([`sqlite::SqliteStore`]).
+//! URL. `sqlite://PATH` is the embedded default ([`sqlite::SqliteStore`]); `postgres://…` (or
+//! `postgresql://…`) is the distributed one ([`postgres::PgStore`]). Both are always compiled,
+//! and one conformance suite (`tests/conformance.rs`) runs against each.
 //!
 //! The projector is the only writer. It hands a whole batch — row changes, the sessions' fold
 //! state and the consumer offsets that the batch reaches — to [`ProjectionStore::commit_batch`],
@@ -15,6 +17,8 @@ use serde_json::Value;
 use strata_core::assembly::Snapshot;
 use strata_core::projection::{Change, SessionFold};
 
+mod common;
+pub mod postgres;
 pub mod sqlite;
 
 /// Errors of the projection store.
@@ -30,14 +34,22 @@ pub enum Error {
     /// A stored JSON document could not be read back.
     #[error("corrupt stored record {what}: {source}")]
     Corrupt {
+        /// What was being read.
         what: String,
+        /// Why it does not parse.
         #[source]
         source: serde_json::Error,
     },
     /// The URL names a backend this build does not have, or is malformed.
     #[error("unsupported store url {url:?}: {reason}")]
-    UnsupportedUrl { url: String, reason: String },
-    /// A failure injected by a test (see [`sqlite::SqliteStore::fail_next_commit`]).
+    UnsupportedUrl {
+        /// The URL, password redacted.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A failure injected by a test (see [`sqlite::SqliteStore::fail_next_commit`] and
+    /// [`postgres::PgStore::fail_next_commit`]).
     #[error("injected failure before commit")]
     Injected,
 }
@@ -53,6 +65,7 @@ pub type Offsets = BTreeMap<u32, u64>;
 pub struct ProjectionBatch {
     /// Consumer group whose offsets advance.
     pub group: String,
+    /// The row changes of the batch's events, in fold order.
     pub changes: Vec<Change>,
     /// Fold state of every session the batch touched, after the batch.
     pub folds: Vec<SessionFold>,
@@ -63,8 +76,11 @@ pub struct ProjectionBatch {
 /// A session as listed by [`ProjectionStore::sessions`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SessionSummary {
+    /// The session's id.
     pub session_id: String,
+    /// The highest seq projected.
     pub head_seq: u64,
+    /// How many events are projected.
     pub event_count: u64,
 }
 
@@ -133,18 +149,16 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
 
 fn _assert_object_safe(_: &dyn ProjectionStore) {}
 
-/// Opens the store a URL names: `sqlite://PATH` (created when missing, migrated).
+/// Opens the store a URL names, migrating it: `sqlite://PATH` (created when missing) or
+/// `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?max_connections=N&…]` (see
+/// [`postgres::PgStore::open`]).
 pub async fn open(url: &str) -> Result<Arc<dyn ProjectionStore>> {
     match url.split_once("://") {
         Some(("sqlite", path)) => Ok(Arc::new(sqlite::SqliteStore::open(path).await?)),
-        Some(("postgres" | "postgresql", _)) => Err(Error::UnsupportedUrl {
-            url: redact(url),
-            reason: "the postgres backend is not built yet (see the distributed-backends issue)"
-                .into(),
-        }),
+        Some(("postgres" | "postgresql", _)) => Ok(Arc::new(postgres::PgStore::open(url).await?)),
         _ => Err(Error::UnsupportedUrl {
             url: redact(url),
-            reason: "expected sqlite://PATH".into(),
+            reason: "expected sqlite://PATH or postgres://HOST/DATABASE".into(),
         }),
     }
 }

@@ -3,7 +3,7 @@
 //! Limits, stated: one process writes a database at a time (the data directory lock enforces it
 //! for Strata's own processes); readers in that process run concurrently with the writer.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -12,13 +12,16 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
-use strata_core::assembly::{Snapshot, TimelineMessage, ToolPair};
+use strata_core::assembly::Snapshot;
 use strata_core::projection::{Change, SessionFold, ToolStatus};
 
+use crate::common::{self, privacy_str, Dialect, INSERT_CHUNK};
 use crate::{Error, Offsets, ProjectionBatch, ProjectionStore, Result, SessionSummary};
 
-/// Rows per multi-row INSERT (well under SQLite's bound-parameter limit).
-const INSERT_CHUNK: usize = 400;
+const DIALECT: Dialect = Dialect {
+    stored_text: common::verbatim,
+    insertion_order: "rowid",
+};
 
 /// SQLite-backed projections.
 #[derive(Debug)]
@@ -295,40 +298,6 @@ impl SqliteStore {
     }
 }
 
-type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
-
-/// Binds the parameters of a lineage clause: each branch, and its seq bound when it has one.
-fn bind_lineage<'q>(mut q: SqliteQuery<'q>, lineage: &[(String, Option<u64>)]) -> SqliteQuery<'q> {
-    for (branch, bound) in lineage {
-        q = q.bind(branch.clone());
-        if let Some(bound) = bound {
-            q = q.bind(*bound as i64);
-        }
-    }
-    q
-}
-
-fn privacy_str(p: strata_core::payload::PrivacyClass) -> &'static str {
-    use strata_core::payload::PrivacyClass::*;
-    match p {
-        Public => "public",
-        Internal => "internal",
-        Confidential => "confidential",
-        Restricted => "restricted",
-    }
-}
-
-fn parse_privacy(s: Option<String>) -> Option<strata_core::payload::PrivacyClass> {
-    s.and_then(|s| serde_json::from_value(Value::String(s)).ok())
-}
-
-fn parse_fold(json: &str) -> Result<SessionFold> {
-    serde_json::from_str(json).map_err(|source| Error::Corrupt {
-        what: "session fold".into(),
-        source,
-    })
-}
-
 #[async_trait]
 impl ProjectionStore for SqliteStore {
     async fn offsets(&self, group: &str) -> Result<Offsets> {
@@ -348,10 +317,7 @@ impl ProjectionStore for SqliteStore {
         let mut tx = self.pool.begin().await?;
         Self::write_changes(&mut tx, &batch.changes).await?;
         for fold in &batch.folds {
-            let json = serde_json::to_string(fold).map_err(|source| Error::Corrupt {
-                what: "session fold".into(),
-                source,
-            })?;
+            let json = common::fold_json(fold)?;
             sqlx::query(
                 "INSERT INTO session_folds (tenant_id, session_id, head_seq, event_count, fold) \
                  VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant_id, session_id) DO UPDATE SET \
@@ -392,7 +358,8 @@ impl ProjectionStore for SqliteStore {
                 .bind(session)
                 .fetch_optional(&self.pool)
                 .await?;
-        row.map(|r| parse_fold(r.get::<&str, _>(0))).transpose()
+        row.map(|r| common::parse_fold(r.get::<&str, _>(0)))
+            .transpose()
     }
 
     async fn projected_event_ids(
@@ -441,225 +408,17 @@ impl ProjectionStore for SqliteStore {
         let Some(fold) = self.session_fold(tenant, session).await? else {
             return Ok(None);
         };
-        let Some(branch_fold) = fold.branches.get(branch) else {
-            return Ok(None);
-        };
-        // The lineage: this branch whole, then each ancestor up to the fork point.
-        let mut lineage: Vec<(String, Option<u64>)> = vec![(branch.to_owned(), None)];
-        let mut cursor = branch_fold;
-        while let (Some(parent), Some(fork_seq)) = (&cursor.parent_branch_id, cursor.fork_seq) {
-            let bound = match lineage.last() {
-                Some((_, Some(b))) => (*b).min(fork_seq),
-                _ => fork_seq,
-            };
-            lineage.push((parent.clone(), Some(bound)));
-            match fold.branches.get(parent) {
-                Some(p) if lineage.len() <= 64 => cursor = p,
-                _ => break,
-            }
-        }
-        let lineage_clause = |seq_column: &str| {
-            let parts: Vec<String> = lineage
-                .iter()
-                .map(|(_, bound)| match bound {
-                    Some(_) => format!("(branch_id = ? AND {seq_column} <= ?)"),
-                    None => "(branch_id = ?)".to_owned(),
-                })
-                .collect();
-            format!("({})", parts.join(" OR "))
-        };
-        let lineage_sql = lineage_clause("seq");
-        let bind_lineage = |q| bind_lineage(q, &lineage);
-
-        let session_row = sqlx::query(
-            "SELECT started_event_id, model, context_window_tokens, reserved_output_tokens, \
-             system_prompt, system_prompt_tokens, tools, tools_tokens \
-             FROM sessions WHERE tenant_id = ? AND session_id = ?",
+        common::snapshot(
+            &self.pool,
+            DIALECT,
+            fold,
+            tenant,
+            session,
+            branch,
+            participant,
+            window,
         )
-        .bind(tenant)
-        .bind(session)
-        .fetch_optional(&self.pool)
-        .await?;
-
-        let sql = format!(
-            "SELECT seq, event_id, message_id, role, participant_id, text, tokens FROM messages \
-             WHERE tenant_id = ? AND session_id = ? AND {lineage_sql} ORDER BY seq DESC LIMIT ?"
-        );
-        let q = bind_lineage(sqlx::query(&sql).bind(tenant).bind(session));
-        let rows = q.bind(i64::from(window)).fetch_all(&self.pool).await?;
-        let mut messages: Vec<(String, TimelineMessage)> = rows
-            .iter()
-            .rev()
-            .map(|r| {
-                (
-                    r.get::<String, _>(2),
-                    TimelineMessage {
-                        seq: r.get::<i64, _>(0) as u64,
-                        event_id: r.get(1),
-                        role: r.get(3),
-                        participant_id: r.get(4),
-                        text: r.get(5),
-                        tokens: r.get::<i64, _>(6) as u64,
-                        tool_calls: Vec::new(),
-                    },
-                )
-            })
-            .collect();
-        let min_seq = messages.first().map(|(_, m)| m.seq).unwrap_or(u64::MAX);
-        let count_sql = format!(
-            "SELECT count(*) FROM messages WHERE tenant_id = ? AND session_id = ? AND {lineage_sql} \
-             AND seq < ?"
-        );
-        let before_window: i64 = bind_lineage(sqlx::query(&count_sql).bind(tenant).bind(session))
-            .bind(min_seq.min(i64::MAX as u64) as i64)
-            .fetch_one(&self.pool)
-            .await?
-            .get(0);
-
-        // Tool calls of the window (and open ones from before it).
-        let calls_sql = format!(
-            "SELECT tool_call_id, name, args, call_tokens, request_event_id, request_seq, status, \
-             result_event_id, output, output_ref, output_preview, output_bytes, output_tokens, \
-             preview_tokens, error, retryable, privacy_class, message_id FROM tool_calls \
-             WHERE tenant_id = ? AND session_id = ? AND request_seq >= ? AND {lineage_sql} \
-             ORDER BY request_seq",
-            lineage_sql = lineage_clause("request_seq")
-        );
-        let window_start = if messages.is_empty() { 0 } else { min_seq };
-        let mut call_rows = bind_lineage(
-            sqlx::query(&calls_sql)
-                .bind(tenant)
-                .bind(session)
-                .bind(window_start as i64),
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        // Open calls older than the window (rare): by id, from the fold.
-        let old_open: Vec<&String> = fold
-            .open_tool_calls
-            .values()
-            .filter(|c| c.request_seq < window_start)
-            .map(|c| &c.tool_call_id)
-            .collect();
-        if !old_open.is_empty() {
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "SELECT tool_call_id, name, args, call_tokens, request_event_id, request_seq, \
-                 status, result_event_id, output, output_ref, output_preview, output_bytes, \
-                 output_tokens, preview_tokens, error, retryable, privacy_class, message_id \
-                 FROM tool_calls WHERE tenant_id = ",
-            );
-            q.push_bind(tenant)
-                .push(" AND session_id = ")
-                .push_bind(session)
-                .push(" AND tool_call_id IN (");
-            let mut sep = q.separated(", ");
-            for id in old_open {
-                sep.push_bind(id.clone());
-            }
-            q.push(")");
-            call_rows.extend(q.build().fetch_all(&self.pool).await?);
-        }
-        let by_message: HashMap<String, usize> = messages
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, m))| m.role == "assistant")
-            .map(|(i, (id, _))| (id.clone(), i))
-            .collect();
-        let mut loose = Vec::new();
-        for r in call_rows {
-            let status_text: String = r.get(6);
-            let pair = ToolPair {
-                tool_call_id: r.get(0),
-                name: r.get(1),
-                args: r.get(2),
-                call_tokens: r.get::<i64, _>(3) as u64,
-                request_event_id: r.get(4),
-                request_seq: r.get::<i64, _>(5) as u64,
-                status: ToolStatus::parse(&status_text).unwrap_or(ToolStatus::Pending),
-                result_event_id: r.get(7),
-                output: r.get(8),
-                output_ref: r.get(9),
-                output_preview: r.get(10),
-                output_bytes: r.get::<Option<i64>, _>(11).map(|b| b as u64),
-                output_tokens: r.get::<i64, _>(12) as u64,
-                preview_tokens: r.get::<i64, _>(13) as u64,
-                error: r.get(14),
-                retryable: r.get(15),
-                privacy_class: parse_privacy(r.get(16)),
-            };
-            let message_id: Option<String> = r.get(17);
-            match message_id.and_then(|m| by_message.get(&m)) {
-                Some(&i) => messages[i].1.tool_calls.push(pair),
-                None if pair.request_seq >= min_seq => {
-                    // Requested without a response message: it stands as its own step.
-                    messages.push((
-                        String::new(),
-                        TimelineMessage {
-                            seq: pair.request_seq,
-                            event_id: pair.request_event_id.clone(),
-                            role: "assistant".into(),
-                            participant_id: String::new(),
-                            text: String::new(),
-                            tokens: 0,
-                            tool_calls: vec![pair],
-                        },
-                    ));
-                }
-                None => loose.push(pair),
-            }
-        }
-        messages.sort_by_key(|(_, m)| m.seq);
-
-        let participant_id = participant
-            .map(str::to_owned)
-            .or_else(|| fold.primary_participant.clone())
-            .unwrap_or_else(|| strata_core::projection::DEFAULT_PARTICIPANT.to_owned());
-        let (
-            started,
-            model,
-            window_tokens,
-            reserved,
-            system_prompt,
-            sp_tokens,
-            tools,
-            tools_tokens,
-        ) = match &session_row {
-            Some(r) => (
-                Some(r.get::<String, _>(0)),
-                r.get::<String, _>(1),
-                r.get::<i64, _>(2) as u32,
-                r.get::<i64, _>(3) as u32,
-                r.get::<Option<String>, _>(4),
-                r.get::<i64, _>(5) as u64,
-                serde_json::from_str(r.get::<&str, _>(6)).map_err(|source| Error::Corrupt {
-                    what: "session tools".into(),
-                    source,
-                })?,
-                r.get::<i64, _>(7) as u64,
-            ),
-            None => (None, "unknown".into(), 0, 0, None, 0, Vec::new(), 0),
-        };
-        Ok(Some(Snapshot {
-            tenant_id: tenant.to_owned(),
-            session_id: session.to_owned(),
-            branch_id: branch.to_owned(),
-            participant_id,
-            head_seq: fold.head_seq,
-            model,
-            context_window_tokens: window_tokens,
-            reserved_output_tokens: reserved,
-            system_prompt,
-            system_prompt_tokens: sp_tokens,
-            session_started_event_id: started,
-            tools,
-            tools_tokens,
-            state: branch_fold.state.clone(),
-            messages: messages.into_iter().map(|(_, m)| m).collect(),
-            messages_before_window: before_window as u64,
-            loose_tool_calls: loose,
-            transcript_tokens: branch_fold.transcript_tokens,
-            orphan_results: fold.orphan_results,
-        }))
+        .await
     }
 
     async fn events(
@@ -680,12 +439,7 @@ impl ProjectionStore for SqliteStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|r| {
-                serde_json::from_str(r.get::<&str, _>(0)).map_err(|source| Error::Corrupt {
-                    what: "event body".into(),
-                    source,
-                })
-            })
+            .map(|r| common::parse_json(r.get::<&str, _>(0), "event body"))
             .collect()
     }
 
@@ -696,13 +450,8 @@ impl ProjectionStore for SqliteStore {
                 .bind(assembly_id)
                 .fetch_optional(&self.pool)
                 .await?;
-        row.map(|r| {
-            serde_json::from_str(r.get::<&str, _>(0)).map_err(|source| Error::Corrupt {
-                what: "assembly record".into(),
-                source,
-            })
-        })
-        .transpose()
+        row.map(|r| common::parse_json(r.get::<&str, _>(0), "assembly record"))
+            .transpose()
     }
 
     async fn sessions(&self, tenant: &str) -> Result<Vec<SessionSummary>> {
@@ -745,21 +494,8 @@ impl ProjectionStore for SqliteStore {
     }
 
     async fn fingerprint(&self) -> Result<BTreeMap<String, (u64, String)>> {
-        const TABLES: &[&str] = &[
-            "consumer_offsets",
-            "session_folds",
-            "sessions",
-            "branches",
-            "events",
-            "messages",
-            "tool_calls",
-            "artifacts",
-            "memories",
-            "compactions",
-            "assemblies",
-        ];
         let mut out = BTreeMap::new();
-        for table in TABLES {
+        for table in common::FINGERPRINT_TABLES {
             let cols: Vec<String> =
                 sqlx::query(&format!("SELECT name FROM pragma_table_info('{table}')"))
                     .fetch_all(&self.pool)
@@ -775,16 +511,8 @@ impl ProjectionStore for SqliteStore {
             let rows = sqlx::query(&format!("SELECT {expr} FROM {table} ORDER BY 1"))
                 .fetch_all(&self.pool)
                 .await?;
-            let mut lines: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-            lines.sort();
-            let joined = lines.join("\n");
-            out.insert(
-                (*table).to_owned(),
-                (
-                    lines.len() as u64,
-                    strata_core::sha256_hex(joined.as_bytes()),
-                ),
-            );
+            let lines: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+            out.insert((*table).to_owned(), common::fingerprint_table(lines));
         }
         Ok(out)
     }

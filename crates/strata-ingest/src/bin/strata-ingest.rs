@@ -26,18 +26,14 @@ async fn main() -> anyhow::Result<()> {
     strata_runtime::init_tracing("info");
     let opts = Opts::parse();
     let backends = Backends::open(&opts.backends, "strata-ingest").await?;
+    let admin = strata_runtime::admin::admin_routes(backends.clone());
     let ingestor = Arc::new(Ingestor::new(
         backends,
         IngestOptions {
             artifact_threshold: opts.artifact_threshold,
         },
     ));
-    let router = http::routes(ingestor)
-        .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .route(
-            "/metrics",
-            axum::routing::get(|| async { strata_runtime::metrics::render() }),
-        );
+    let router = http::routes(ingestor).merge(admin);
     strata_runtime::serve(router, opts.listen, strata_runtime::shutdown_signal()).await?;
     Ok(())
 }

@@ -10,6 +10,9 @@ use strata_runtime::{BackendOpts, Backends};
 struct Opts {
     #[command(flatten)]
     backends: BackendOpts,
+    /// Address of the admin endpoints (/healthz, /readyz, /metrics).
+    #[arg(long, env = "STRATA_ADMIN_LISTEN", default_value = "127.0.0.1:7702")]
+    admin_listen: std::net::SocketAddr,
     /// Consumer group.
     #[arg(long, env = "STRATA_PROJECTOR_GROUP", default_value = strata_projector::DEFAULT_GROUP)]
     group: String,
@@ -24,7 +27,7 @@ async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
     let backends = Backends::open(&opts.backends, "strata-projector").await?;
     let projector = Projector::start(
-        backends,
+        backends.clone(),
         ProjectorOptions {
             group: opts.group,
             batch_size: opts.batch_size,
@@ -32,6 +35,8 @@ async fn main() -> anyhow::Result<()> {
         },
     )
     .await?;
-    projector.run(strata_runtime::shutdown_signal()).await?;
+    strata_runtime::admin::run_worker(backends, opts.admin_listen, |stop| projector.run(stop))
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
     Ok(())
 }

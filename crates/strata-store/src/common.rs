@@ -1,0 +1,491 @@
+//! What the SQLite and PostgreSQL backends share: the assembler's snapshot (branch lineage from
+//! the fold, its queries, rows to [`ToolPair`]s and [`TimelineMessage`]s, pairing calls with
+//! their messages), JSON and enum mappings, and the fingerprint's hashing.
+//!
+//! The snapshot queries are built with [`Statement`], which writes each backend's own
+//! placeholders, so both backends run the same SQL; the writes and the simple lookups are
+//! written out per backend.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use serde_json::Value;
+use sqlx::{
+    Arguments, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type,
+};
+use strata_core::assembly::{Snapshot, TimelineMessage, ToolPair};
+use strata_core::payload::PrivacyClass;
+use strata_core::projection::{SessionFold, ToolStatus, DEFAULT_PARTICIPANT};
+
+use crate::{Error, Result};
+
+/// Rows per multi-row INSERT and ids per `IN (...)` list (well under SQLite's bound-parameter
+/// limit, and PostgreSQL's 65535).
+pub(crate) const INSERT_CHUNK: usize = 400;
+
+/// The tables [`crate::ProjectionStore::fingerprint`] covers (not `api_keys`: keys are operator
+/// data, not projections).
+pub(crate) const FINGERPRINT_TABLES: &[&str] = &[
+    "consumer_offsets",
+    "session_folds",
+    "sessions",
+    "branches",
+    "events",
+    "messages",
+    "tool_calls",
+    "artifacts",
+    "memories",
+    "compactions",
+    "assemblies",
+];
+
+/// Row count and SHA-256 of one table's rows, each rendered as one line: the lines are sorted,
+/// so the hash does not depend on the order the database returns them in.
+pub(crate) fn fingerprint_table(mut lines: Vec<String>) -> (u64, String) {
+    lines.sort();
+    let joined = lines.join("\n");
+    (
+        lines.len() as u64,
+        strata_core::sha256_hex(joined.as_bytes()),
+    )
+}
+
+pub(crate) fn privacy_str(p: PrivacyClass) -> &'static str {
+    match p {
+        PrivacyClass::Public => "public",
+        PrivacyClass::Internal => "internal",
+        PrivacyClass::Confidential => "confidential",
+        PrivacyClass::Restricted => "restricted",
+    }
+}
+
+fn parse_privacy(s: Option<String>) -> Option<PrivacyClass> {
+    s.and_then(|s| serde_json::from_value(Value::String(s)).ok())
+}
+
+/// A session fold as stored (JSON text).
+pub(crate) fn fold_json(fold: &SessionFold) -> Result<String> {
+    serde_json::to_string(fold).map_err(|source| Error::Corrupt {
+        what: "session fold".into(),
+        source,
+    })
+}
+
+/// Reads back a stored session fold.
+pub(crate) fn parse_fold(json: &str) -> Result<SessionFold> {
+    parse_json(json, "session fold")
+}
+
+/// Reads back a stored JSON document (`what` names it in the error).
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T> {
+    serde_json::from_str(json).map_err(|source| Error::Corrupt {
+        what: what.into(),
+        source,
+    })
+}
+
+/// The branches whose rows make up a branch's history, each with the highest seq that belongs
+/// to it (`None`: the whole branch). The branch itself comes first, then each ancestor up to its
+/// fork point: a fork sees its parent's events up to the fork seq only, and a fork of a fork
+/// sees the grandparent up to the lower of the two bounds. `None` for a branch the fold does
+/// not know.
+pub(crate) fn lineage(fold: &SessionFold, branch: &str) -> Option<Vec<(String, Option<u64>)>> {
+    let mut cursor = fold.branches.get(branch)?;
+    let mut lineage: Vec<(String, Option<u64>)> = vec![(branch.to_owned(), None)];
+    while let (Some(parent), Some(fork_seq)) = (&cursor.parent_branch_id, cursor.fork_seq) {
+        let bound = match lineage.last() {
+            Some((_, Some(b))) => (*b).min(fork_seq),
+            _ => fork_seq,
+        };
+        lineage.push((parent.clone(), Some(bound)));
+        match fold.branches.get(parent) {
+            Some(p) if lineage.len() <= 64 => cursor = p,
+            _ => break,
+        }
+    }
+    Some(lineage)
+}
+
+/// How a backend stores text: SQLite as given; PostgreSQL without NUL (see `postgres.rs`).
+type StoredText = fn(&str) -> Cow<'_, str>;
+
+/// Text as given.
+pub(crate) fn verbatim(s: &str) -> Cow<'_, str> {
+    Cow::Borrowed(s)
+}
+
+/// What differs between the backends in the shared snapshot queries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dialect {
+    /// How the backend stores text parameters.
+    pub(crate) stored_text: StoredText,
+    /// A `tool_calls` column in insertion order (SQLite's `rowid`): the calls of one response
+    /// share a `request_seq` and keep the order the model asked for them.
+    pub(crate) insertion_order: &'static str,
+}
+
+/// SQL text and its arguments, each placeholder written by the backend's own [`Arguments`]
+/// (`?` for SQLite, `$n` for PostgreSQL). Unlike `QueryBuilder`, it gives its arguments away by
+/// value, which lets the same generic code run on both backends.
+struct Statement<'q, DB: Database> {
+    sql: String,
+    args: DB::Arguments<'q>,
+}
+
+impl<'q, DB: Database> Statement<'q, DB> {
+    fn new(sql: &str) -> Self {
+        Self {
+            sql: sql.to_owned(),
+            args: Default::default(),
+        }
+    }
+
+    /// `sql` followed by `WHERE tenant_id = ? AND session_id = ?`.
+    fn for_session(sql: &str, stored: StoredText, tenant: &str, session: &str) -> Self
+    where
+        String: Encode<'q, DB> + Type<DB>,
+    {
+        let mut q = Self::new(sql);
+        q.push(" WHERE tenant_id = ")
+            .bind(stored(tenant).into_owned())
+            .push(" AND session_id = ")
+            .bind(stored(session).into_owned());
+        q
+    }
+
+    fn push(&mut self, sql: &str) -> &mut Self {
+        self.sql.push_str(sql);
+        self
+    }
+
+    fn bind<T: 'q + Encode<'q, DB> + Type<DB>>(&mut self, value: T) -> &mut Self {
+        // Text and integers always encode; writing to a String cannot fail.
+        self.args
+            .add(value)
+            .expect("text and integer arguments encode");
+        self.args
+            .format_placeholder(&mut self.sql)
+            .expect("writing to a string");
+        self
+    }
+
+    /// Appends `(branch_id = ? [AND seq_column <= ?]) OR ...` for a lineage.
+    fn lineage(
+        &mut self,
+        lineage: &[(String, Option<u64>)],
+        seq_column: &str,
+        stored: StoredText,
+    ) -> &mut Self
+    where
+        String: Encode<'q, DB> + Type<DB>,
+        i64: Encode<'q, DB> + Type<DB>,
+    {
+        self.push("(");
+        for (i, (branch, bound)) in lineage.iter().enumerate() {
+            if i > 0 {
+                self.push(" OR ");
+            }
+            self.push("(branch_id = ").bind(stored(branch).into_owned());
+            if let Some(bound) = bound {
+                self.push(&format!(" AND {seq_column} <= "))
+                    .bind(*bound as i64);
+            }
+            self.push(")");
+        }
+        self.push(")")
+    }
+}
+
+/// The columns [`tool_pair`] reads, in its order.
+const TOOL_CALL_COLUMNS: &str = "tool_call_id, name, args, call_tokens, request_event_id, \
+     request_seq, status, result_event_id, output, output_ref, output_preview, output_bytes, \
+     output_tokens, preview_tokens, error, retryable, privacy_class, message_id";
+
+/// A `tool_calls` row (selected as [`TOOL_CALL_COLUMNS`]) as a [`ToolPair`] and the id of the
+/// message that asked for it.
+fn tool_pair<'r, R>(r: &'r R) -> (ToolPair, Option<String>)
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    bool: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let status: String = r.get(6);
+    let pair = ToolPair {
+        tool_call_id: r.get(0),
+        name: r.get(1),
+        args: r.get(2),
+        call_tokens: r.get::<i64, _>(3) as u64,
+        request_event_id: r.get(4),
+        request_seq: r.get::<i64, _>(5) as u64,
+        status: ToolStatus::parse(&status).unwrap_or(ToolStatus::Pending),
+        result_event_id: r.get(7),
+        output: r.get(8),
+        output_ref: r.get(9),
+        output_preview: r.get(10),
+        output_bytes: r.get::<Option<i64>, _>(11).map(|b| b as u64),
+        output_tokens: r.get::<i64, _>(12) as u64,
+        preview_tokens: r.get::<i64, _>(13) as u64,
+        error: r.get(14),
+        retryable: r.get(15),
+        privacy_class: parse_privacy(r.get(16)),
+    };
+    (pair, r.get(17))
+}
+
+/// A `messages` row (`seq, event_id, message_id, role, participant_id, text, tokens`) as its
+/// message id and a [`TimelineMessage`] without tool calls yet.
+fn timeline_message<'r, R>(r: &'r R) -> (String, TimelineMessage)
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    (
+        r.get(2),
+        TimelineMessage {
+            seq: r.get::<i64, _>(0) as u64,
+            event_id: r.get(1),
+            role: r.get(3),
+            participant_id: r.get(4),
+            text: r.get(5),
+            tokens: r.get::<i64, _>(6) as u64,
+            tool_calls: Vec::new(),
+        },
+    )
+}
+
+/// What a snapshot takes from the `sessions` row.
+struct SessionInfo {
+    started_event_id: Option<String>,
+    model: String,
+    context_window_tokens: u32,
+    reserved_output_tokens: u32,
+    system_prompt: Option<String>,
+    system_prompt_tokens: u64,
+    tools: Vec<strata_core::payload::ToolSpec>,
+    tools_tokens: u64,
+}
+
+impl SessionInfo {
+    /// Before `SessionStarted` is projected (events may precede it).
+    fn unknown() -> Self {
+        Self {
+            started_event_id: None,
+            model: "unknown".into(),
+            context_window_tokens: 0,
+            reserved_output_tokens: 0,
+            system_prompt: None,
+            system_prompt_tokens: 0,
+            tools: Vec::new(),
+            tools_tokens: 0,
+        }
+    }
+
+    fn from_row<'r, R>(r: &'r R) -> Result<Self>
+    where
+        R: Row,
+        usize: ColumnIndex<R>,
+        String: Decode<'r, R::Database> + Type<R::Database>,
+        i64: Decode<'r, R::Database> + Type<R::Database>,
+    {
+        Ok(Self {
+            started_event_id: Some(r.get(0)),
+            model: r.get(1),
+            context_window_tokens: r.get::<i64, _>(2) as u32,
+            reserved_output_tokens: r.get::<i64, _>(3) as u32,
+            system_prompt: r.get(4),
+            system_prompt_tokens: r.get::<i64, _>(5) as u64,
+            tools: parse_json(&r.get::<String, _>(6), "session tools")?,
+            tools_tokens: r.get::<i64, _>(7) as u64,
+        })
+    }
+}
+
+/// The assembler's snapshot of a session's branch, read from either backend's pool: the newest
+/// `window` messages of the branch lineage, the tool calls requested in that window (attached to
+/// the message that asked for them; a call requested without a message stands as its own step),
+/// the calls still open from before the window, and the session's static facts. `fold` is the
+/// session's stored fold; `None` for a branch it does not know.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn snapshot<DB>(
+    pool: &Pool<DB>,
+    dialect: Dialect,
+    fold: SessionFold,
+    tenant: &str,
+    session: &str,
+    branch: &str,
+    participant: Option<&str>,
+    window: u32,
+) -> Result<Option<Snapshot>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'a> DB::Arguments<'a>: IntoArguments<'a, DB>,
+    for<'a> String: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> bool: Decode<'a, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let Some(lineage) = lineage(&fold, branch) else {
+        return Ok(None);
+    };
+    let stored = dialect.stored_text;
+    // Each statement is built in a block of its own: its arguments' lifetime is then free to
+    // end with the borrow of its SQL text.
+    let Statement { sql, args } = Statement::for_session(
+        "SELECT started_event_id, model, context_window_tokens, reserved_output_tokens, \
+         system_prompt, system_prompt_tokens, tools, tools_tokens FROM sessions",
+        stored,
+        tenant,
+        session,
+    );
+    let info = match sqlx::query_with(&sql, args).fetch_optional(pool).await? {
+        Some(r) => SessionInfo::from_row(&r)?,
+        None => SessionInfo::unknown(),
+    };
+
+    // The newest `window` messages of the lineage, oldest first.
+    let Statement { sql, args } = {
+        let mut q = Statement::for_session(
+            "SELECT seq, event_id, message_id, role, participant_id, text, tokens FROM messages",
+            stored,
+            tenant,
+            session,
+        );
+        q.push(" AND ")
+            .lineage(&lineage, "seq", stored)
+            .push(" ORDER BY seq DESC LIMIT ")
+            .bind(i64::from(window));
+        q
+    };
+    let rows = sqlx::query_with(&sql, args).fetch_all(pool).await?;
+    let mut messages: Vec<(String, TimelineMessage)> =
+        rows.iter().rev().map(timeline_message).collect();
+    let min_seq = messages.first().map(|(_, m)| m.seq).unwrap_or(u64::MAX);
+
+    let Statement { sql, args } = {
+        let mut q =
+            Statement::for_session("SELECT count(*) FROM messages", stored, tenant, session);
+        q.push(" AND ")
+            .lineage(&lineage, "seq", stored)
+            .push(" AND seq < ")
+            .bind(min_seq.min(i64::MAX as u64) as i64);
+        q
+    };
+    let before_window: i64 = sqlx::query_with(&sql, args).fetch_one(pool).await?.get(0);
+
+    // Tool calls of the window (and open ones from before it).
+    let window_start = if messages.is_empty() { 0 } else { min_seq };
+    let Statement { sql, args } = {
+        let mut q = Statement::for_session(
+            &format!("SELECT {TOOL_CALL_COLUMNS} FROM tool_calls"),
+            stored,
+            tenant,
+            session,
+        );
+        q.push(" AND request_seq >= ")
+            .bind(window_start as i64)
+            .push(" AND ")
+            .lineage(&lineage, "request_seq", stored)
+            .push(" ORDER BY request_seq, ")
+            .push(dialect.insertion_order);
+        q
+    };
+    let mut calls: Vec<(ToolPair, Option<String>)> = sqlx::query_with(&sql, args)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(tool_pair)
+        .collect();
+    // Open calls older than the window (rare): by id, from the fold, in id order.
+    let old_open: Vec<&String> = fold
+        .open_tool_calls
+        .values()
+        .filter(|c| c.request_seq < window_start)
+        .map(|c| &c.tool_call_id)
+        .collect();
+    for chunk in old_open.chunks(INSERT_CHUNK) {
+        let Statement { sql, args } = {
+            let mut q = Statement::for_session(
+                &format!("SELECT {TOOL_CALL_COLUMNS} FROM tool_calls"),
+                stored,
+                tenant,
+                session,
+            );
+            q.push(" AND tool_call_id IN (");
+            for (i, id) in chunk.iter().enumerate() {
+                if i > 0 {
+                    q.push(", ");
+                }
+                q.bind(stored(id).into_owned());
+            }
+            q.push(")");
+            q
+        };
+        let rows = sqlx::query_with(&sql, args).fetch_all(pool).await?;
+        let mut old: Vec<_> = rows.iter().map(tool_pair).collect();
+        old.sort_by(|(a, _), (b, _)| a.tool_call_id.cmp(&b.tool_call_id));
+        calls.extend(old);
+    }
+
+    // Each call joins the assistant message that asked for it.
+    let by_message: HashMap<String, usize> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, m))| m.role == "assistant")
+        .map(|(i, (id, _))| (id.clone(), i))
+        .collect();
+    let mut loose = Vec::new();
+    for (pair, message_id) in calls {
+        match message_id.and_then(|m| by_message.get(&m)) {
+            Some(&i) => messages[i].1.tool_calls.push(pair),
+            None if pair.request_seq >= min_seq => {
+                // Requested without a response message: it stands as its own step.
+                messages.push((
+                    String::new(),
+                    TimelineMessage {
+                        seq: pair.request_seq,
+                        event_id: pair.request_event_id.clone(),
+                        role: "assistant".into(),
+                        participant_id: String::new(),
+                        text: String::new(),
+                        tokens: 0,
+                        tool_calls: vec![pair],
+                    },
+                ));
+            }
+            None => loose.push(pair),
+        }
+    }
+    messages.sort_by_key(|(_, m)| m.seq);
+
+    let participant_id = participant
+        .map(str::to_owned)
+        .or_else(|| fold.primary_participant.clone())
+        .unwrap_or_else(|| DEFAULT_PARTICIPANT.to_owned());
+    let branch_fold = &fold.branches[branch];
+    Ok(Some(Snapshot {
+        tenant_id: tenant.to_owned(),
+        session_id: session.to_owned(),
+        branch_id: branch.to_owned(),
+        participant_id,
+        head_seq: fold.head_seq,
+        model: info.model,
+        context_window_tokens: info.context_window_tokens,
+        reserved_output_tokens: info.reserved_output_tokens,
+        system_prompt: info.system_prompt,
+        system_prompt_tokens: info.system_prompt_tokens,
+        session_started_event_id: info.started_event_id,
+        tools: info.tools,
+        tools_tokens: info.tools_tokens,
+        state: branch_fold.state.clone(),
+        messages: messages.into_iter().map(|(_, m)| m).collect(),
+        messages_before_window: before_window as u64,
+        loose_tool_calls: loose,
+        transcript_tokens: branch_fold.transcript_tokens,
+        orphan_results: fold.orphan_results,
+    }))
+}

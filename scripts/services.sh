@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Installs (when missing) and starts the real servers the distributed tests use, natively, on
+# loopback only: PostgreSQL, Redis and an S3-compatible server (moto). No container engine needed.
+#
+#   scripts/services.sh start   # install what is missing, start everything, wait until ready
+#   scripts/services.sh env     # print the environment the tests read (after start)
+#   scripts/services.sh stop    # stop everything this script started
+#
+# State lives in $STRATA_SERVICES_DIR (default /tmp/strata-services: PostgreSQL refuses data
+# directories its OS user cannot reach, such as anything under /root). Tools installed from PyPI
+# are kept in $STRATA_TOOLS_DIR (default ~/.cache/strata-tools) so a second run skips the install.
+set -euo pipefail
+
+DIR=${STRATA_SERVICES_DIR:-/tmp/strata-services}
+TOOLS=${STRATA_TOOLS_DIR:-$HOME/.cache/strata-tools}
+PG_PORT=${STRATA_PG_PORT:-55432}
+REDIS_PORT=${STRATA_REDIS_PORT:-56379}
+S3_PORT=${STRATA_S3_PORT:-55900}
+MOTO_VERSION=5.2.5
+BUCKET=strata-test
+
+log() { echo "services: $*" >&2; }
+die() { echo "services: error: $*" >&2; exit 1; }
+
+apt_updated=0
+apt_install() {
+    if [ "$apt_updated" = 0 ]; then
+        log "apt-get update"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed"
+        apt_updated=1
+    fi
+    log "installing $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null || die "apt-get install $* failed"
+}
+
+pg_bindir() {
+    local d
+    d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+    [ -n "$d" ] && [ -x "$d/initdb" ] && echo "$d"
+}
+
+wait_for() { # description, attempts (x0.1 s), command...
+    local what=$1 tries=$2
+    shift 2
+    for _ in $(seq "$tries"); do
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        sleep 0.1
+    done
+    die "$what did not become ready"
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+start_postgres() {
+    local bin
+    bin=$(pg_bindir) || true
+    if [ -z "${bin:-}" ]; then
+        apt_install postgresql
+        bin=$(pg_bindir) || die "postgresql installed but initdb not found"
+    fi
+    local data=$DIR/pg
+    if [ -f "$data/postmaster.pid" ] && runuser -u postgres -- "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+        log "postgresql already running"
+        return
+    fi
+    port_free "$PG_PORT" || die "port $PG_PORT is taken (set STRATA_PG_PORT)"
+    if [ ! -f "$data/PG_VERSION" ]; then
+        rm -rf "$data"
+        mkdir -p "$data"
+        chown postgres "$data"
+        runuser -u postgres -- "$bin/initdb" -D "$data" -U postgres -A trust --no-sync -E UTF8 \
+            --locale=C.UTF-8 >"$DIR/pg-initdb.log" 2>&1 || die "initdb failed: see $DIR/pg-initdb.log"
+    fi
+    # fsync=off: test data only; benchmarks that claim durability must not use this server.
+    runuser -u postgres -- "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 30 \
+        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $data -c fsync=off -c max_connections=200" \
+        start >/dev/null || die "postgresql did not start: see $data/server.log"
+    wait_for postgresql 100 "$bin/pg_isready" -h 127.0.0.1 -p "$PG_PORT"
+    log "postgresql ready on 127.0.0.1:$PG_PORT"
+}
+
+start_redis() {
+    command -v redis-server >/dev/null || apt_install redis-server
+    if [ -f "$DIR/redis.pid" ] && kill -0 "$(cat "$DIR/redis.pid")" 2>/dev/null; then
+        log "redis already running"
+        return
+    fi
+    port_free "$REDIS_PORT" || die "port $REDIS_PORT is taken (set STRATA_REDIS_PORT)"
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
+        --dir "$DIR" --pidfile "$DIR/redis.pid" --logfile "$DIR/redis.log" >/dev/null \
+        || die "redis did not start: see $DIR/redis.log"
+    wait_for redis 100 redis-cli -p "$REDIS_PORT" ping
+    log "redis ready on 127.0.0.1:$REDIS_PORT"
+}
+
+start_s3() {
+    local venv=$TOOLS/moto-$MOTO_VERSION
+    if [ ! -x "$venv/bin/moto_server" ]; then
+        command -v python3 >/dev/null || apt_install python3 python3-venv
+        python3 -m venv "$venv" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$venv"; }
+        log "installing moto $MOTO_VERSION from PyPI"
+        "$venv/bin/pip" install -q "moto[server]==$MOTO_VERSION" || die "pip install moto failed"
+    fi
+    if [ -f "$DIR/moto.pid" ] && kill -0 "$(cat "$DIR/moto.pid")" 2>/dev/null; then
+        log "moto already running"
+        return
+    fi
+    port_free "$S3_PORT" || die "port $S3_PORT is taken (set STRATA_S3_PORT)"
+    nohup "$venv/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"$DIR/moto.log" 2>&1 &
+    echo $! >"$DIR/moto.pid"
+    wait_for "moto (S3)" 200 curl -sf -o /dev/null "http://127.0.0.1:$S3_PORT/moto-api/"
+    curl -sf -X PUT "http://127.0.0.1:$S3_PORT/$BUCKET" >/dev/null || die "cannot create bucket $BUCKET"
+    log "s3 (moto) ready on 127.0.0.1:$S3_PORT, bucket $BUCKET"
+}
+
+print_env() {
+    cat <<EOF
+export STRATA_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:$PG_PORT/postgres
+export STRATA_TEST_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/
+export STRATA_TEST_S3_URL=s3://$BUCKET/strata-test
+export AWS_ENDPOINT_URL=http://127.0.0.1:$S3_PORT
+export AWS_ACCESS_KEY_ID=strata-test
+export AWS_SECRET_ACCESS_KEY=strata-test
+export AWS_REGION=us-east-1
+export AWS_ALLOW_HTTP=true
+EOF
+}
+
+stop_all() {
+    local bin
+    bin=$(pg_bindir) || true
+    if [ -n "${bin:-}" ] && [ -f "$DIR/pg/postmaster.pid" ]; then
+        runuser -u postgres -- "$bin/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null 2>&1 || true
+    fi
+    if [ -f "$DIR/redis.pid" ]; then
+        redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || kill "$(cat "$DIR/redis.pid")" 2>/dev/null || true
+        rm -f "$DIR/redis.pid"
+    fi
+    if [ -f "$DIR/moto.pid" ]; then
+        kill "$(cat "$DIR/moto.pid")" 2>/dev/null || true
+        rm -f "$DIR/moto.pid"
+    fi
+    log "stopped"
+}
+
+case "${1:-}" in
+    start)
+        [ "$(id -u)" = 0 ] || die "run as root (installs packages, runs PostgreSQL as the postgres user)"
+        mkdir -p "$DIR" "$TOOLS"
+        chmod 755 "$DIR"
+        command -v curl >/dev/null || apt_install curl
+        start_postgres
+        start_redis
+        start_s3
+        print_env >"$DIR/env"
+        ;;
+    env) print_env ;;
+    stop) stop_all ;;
+    *) die "usage: $0 start|env|stop" ;;
+esac
