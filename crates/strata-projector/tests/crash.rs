@@ -11,6 +11,7 @@ use strata_ingest::{IngestOptions, Ingestor, Publisher};
 use strata_log::{EventLog, FileLogOptions, FsyncPolicy};
 use strata_projector::{Projector, ProjectorOptions};
 use strata_runtime::Backends;
+use strata_store::postgres::PgStore;
 use strata_store::sqlite::SqliteStore;
 use strata_store::ProjectionStore;
 
@@ -127,17 +128,102 @@ async fn build_log(dir: &std::path::Path) -> Arc<dyn EventLog> {
     log
 }
 
-async fn backends_over(log: Arc<dyn EventLog>, dir: &std::path::Path, name: &str) -> Backends {
-    let store = SqliteStore::open(&dir.join(format!("{name}.db")).display().to_string())
-        .await
-        .unwrap();
+/// Which projection store a scenario runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// A store with its failure hook and, for PostgreSQL, the database to drop afterwards.
+struct TestStore {
+    store: Arc<dyn ProjectionStore>,
+    fail_next_commit: Box<dyn Fn() + Send + Sync>,
+    database: Option<(String, String)>,
+}
+
+impl TestStore {
+    async fn drop_database(self) {
+        let Some((admin, name)) = self.database else {
+            return;
+        };
+        drop(self.store);
+        if let Ok(pool) = sqlx::PgPool::connect(&admin).await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&pool)
+                .await;
+        }
+    }
+}
+
+/// The admin URL of the test PostgreSQL, or `None` (skip) outside CI.
+fn postgres_url() -> Option<String> {
+    match std::env::var("STRATA_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => panic!(
+            "STRATA_TEST_POSTGRES_URL is not set under CI: the PostgreSQL server is missing \
+             (scripts/services.sh start)"
+        ),
+        _ => {
+            eprintln!("skipping postgres crash test: STRATA_TEST_POSTGRES_URL is not set");
+            None
+        }
+    }
+}
+
+async fn new_store(kind: Kind, dir: &std::path::Path, name: &str) -> TestStore {
+    match kind {
+        Kind::Sqlite => {
+            let store = Arc::new(
+                SqliteStore::open(&dir.join(format!("{name}.db")).display().to_string())
+                    .await
+                    .unwrap(),
+            );
+            let hook = store.clone();
+            TestStore {
+                store,
+                fail_next_commit: Box::new(move || hook.fail_next_commit()),
+                database: None,
+            }
+        }
+        Kind::Postgres => {
+            let admin = postgres_url().expect("checked by the caller");
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            let database = format!("strata_crash_{}_{name}_{nanos}", std::process::id());
+            let pool = sqlx::PgPool::connect(&admin).await.unwrap();
+            sqlx::query(&format!("CREATE DATABASE {database}"))
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+            let url = format!("{}/{database}", &admin[..admin.rfind('/').unwrap()]);
+            let store = Arc::new(PgStore::open(&url).await.unwrap());
+            let hook = store.clone();
+            TestStore {
+                store,
+                fail_next_commit: Box::new(move || hook.fail_next_commit()),
+                database: Some((admin, database)),
+            }
+        }
+    }
+}
+
+fn backends_with(log: Arc<dyn EventLog>, store: &TestStore, dir: &std::path::Path) -> Backends {
     Backends::from_parts(
         log,
-        Arc::new(store),
-        strata_hot::open("memory://").await.unwrap(),
+        store.store.clone(),
+        Arc::new(strata_hot::MemoryHotState::default()),
         BlobStore::open(&format!("file://{}", dir.join("blobs").display())).unwrap(),
         dir.to_path_buf(),
     )
+}
+
+async fn backends_over(log: Arc<dyn EventLog>, dir: &std::path::Path, name: &str) -> Backends {
+    let store = new_store(Kind::Sqlite, dir, name).await;
+    backends_with(log, &store, dir)
 }
 
 fn options() -> ProjectorOptions {
@@ -153,13 +239,18 @@ async fn fingerprint(store: &dyn ProjectionStore) -> BTreeMap<String, (u64, Stri
 }
 
 async fn clean_run(
+    kind: Kind,
     log: Arc<dyn EventLog>,
     dir: &std::path::Path,
 ) -> BTreeMap<String, (u64, String)> {
-    let backends = backends_over(log, dir, "clean").await;
+    let store = new_store(kind, dir, "clean").await;
+    let backends = backends_with(log, &store, dir);
     let mut p = Projector::start(backends.clone(), options()).await.unwrap();
     p.catch_up().await.unwrap();
-    fingerprint(backends.store.as_ref()).await
+    let print = fingerprint(backends.store.as_ref()).await;
+    drop((p, backends));
+    store.drop_database().await;
+    print
 }
 
 /// Number of non-empty batches a run takes.
@@ -168,14 +259,14 @@ async fn batches(log: &Arc<dyn EventLog>) -> usize {
     (total as usize).div_ceil(BATCH) + 3
 }
 
-#[tokio::test]
-async fn stopping_between_any_two_batches_changes_nothing() {
+async fn stopping_between_any_two_batches_changes_nothing(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let log = build_log(dir.path()).await;
-    let clean = clean_run(log.clone(), dir.path()).await;
+    let clean = clean_run(kind, log.clone(), dir.path()).await;
     assert_eq!(clean["events"].0, 90, "every event projected once");
     for stop_after in 0..batches(&log).await {
-        let backends = backends_over(log.clone(), dir.path(), &format!("stop{stop_after}")).await;
+        let store = new_store(kind, dir.path(), &format!("stop{stop_after}")).await;
+        let backends = backends_with(log.clone(), &store, dir.path());
         let mut first = Projector::start(backends.clone(), options()).await.unwrap();
         for _ in 0..stop_after {
             first.step().await.unwrap();
@@ -186,35 +277,25 @@ async fn stopping_between_any_two_batches_changes_nothing() {
         assert_eq!(
             fingerprint(backends.store.as_ref()).await,
             clean,
-            "stopped after {stop_after} polls"
+            "{kind:?}: stopped after {stop_after} polls"
         );
+        drop((second, backends));
+        store.drop_database().await;
     }
 }
 
-#[tokio::test]
-async fn failing_after_the_write_before_the_commit_changes_nothing() {
+async fn failing_after_the_write_before_the_commit_changes_nothing(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let log = build_log(dir.path()).await;
-    let clean = clean_run(log.clone(), dir.path()).await;
+    let clean = clean_run(kind, log.clone(), dir.path()).await;
     for fail_at in 0..batches(&log).await {
-        let path = dir.path().join(format!("fail{fail_at}.db"));
-        let store = Arc::new(
-            SqliteStore::open(&path.display().to_string())
-                .await
-                .unwrap(),
-        );
-        let backends = Backends::from_parts(
-            log.clone(),
-            store.clone(),
-            strata_hot::open("memory://").await.unwrap(),
-            BlobStore::open("memory://").unwrap(),
-            dir.path().to_path_buf(),
-        );
+        let store = new_store(kind, dir.path(), &format!("fail{fail_at}")).await;
+        let backends = backends_with(log.clone(), &store, dir.path());
         let mut first = Projector::start(backends.clone(), options()).await.unwrap();
         for _ in 0..fail_at {
             first.step().await.unwrap();
         }
-        store.fail_next_commit();
+        (store.fail_next_commit)();
         // The failing batch may be a poll that brings only an assignment: step until it bites.
         let mut failed = false;
         for _ in 0..5 {
@@ -227,36 +308,58 @@ async fn failing_after_the_write_before_the_commit_changes_nothing() {
         let mut second = Projector::start(backends.clone(), options()).await.unwrap();
         second.catch_up().await.unwrap();
         assert_eq!(
-            fingerprint(store.as_ref()).await,
+            fingerprint(backends.store.as_ref()).await,
             clean,
-            "failed before commit at poll {fail_at} (failure injected: {failed})"
+            "{kind:?}: failed before commit at poll {fail_at} (failure injected: {failed})"
         );
+        drop((second, backends));
+        store.drop_database().await;
     }
 }
 
-#[tokio::test]
-async fn a_projector_recovers_in_process_after_a_failed_commit() {
+async fn a_projector_recovers_in_process_after_a_failed_commit(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let log = build_log(dir.path()).await;
-    let clean = clean_run(log.clone(), dir.path()).await;
-    let store = Arc::new(
-        SqliteStore::open(&dir.path().join("inproc.db").display().to_string())
-            .await
-            .unwrap(),
-    );
-    let backends = Backends::from_parts(
-        log.clone(),
-        store.clone(),
-        strata_hot::open("memory://").await.unwrap(),
-        BlobStore::open("memory://").unwrap(),
-        dir.path().to_path_buf(),
-    );
-    let mut p = Projector::start(backends, options()).await.unwrap();
+    let clean = clean_run(kind, log.clone(), dir.path()).await;
+    let store = new_store(kind, dir.path(), "inproc").await;
+    let backends = backends_with(log.clone(), &store, dir.path());
+    let mut p = Projector::start(backends.clone(), options()).await.unwrap();
     p.step().await.unwrap(); // assignment
     p.step().await.unwrap();
-    store.fail_next_commit();
+    (store.fail_next_commit)();
     assert!(p.step().await.is_err());
     // Same process, same projector: it rewinds to the store's offsets and goes on.
     p.catch_up().await.unwrap();
-    assert_eq!(fingerprint(store.as_ref()).await, clean);
+    assert_eq!(fingerprint(backends.store.as_ref()).await, clean);
+    drop((p, backends));
+    store.drop_database().await;
 }
+
+macro_rules! on_every_store {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::Kind::Sqlite).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    if super::postgres_url().is_some() {
+                        super::$name(super::Kind::Postgres).await;
+                    }
+                }
+            )+
+        }
+    };
+}
+
+on_every_store!(
+    stopping_between_any_two_batches_changes_nothing,
+    failing_after_the_write_before_the_commit_changes_nothing,
+    a_projector_recovers_in_process_after_a_failed_commit,
+);
