@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs (when missing) and starts the real servers the distributed tests use, natively, on
-# loopback only: PostgreSQL, Redis and an S3-compatible server (moto). No container engine needed.
+# loopback only: PostgreSQL, Redis, an S3-compatible server (moto) and a Kafka-protocol broker
+# (tansu, built from crates.io the first time: about 11 minutes). No container engine needed.
 #
 #   scripts/services.sh start   # install what is missing, start everything, wait until ready
 #   scripts/services.sh env     # print the environment the tests read (after start)
@@ -16,6 +17,8 @@ TOOLS=${STRATA_TOOLS_DIR:-$HOME/.cache/strata-tools}
 PG_PORT=${STRATA_PG_PORT:-55432}
 REDIS_PORT=${STRATA_REDIS_PORT:-56379}
 S3_PORT=${STRATA_S3_PORT:-55900}
+KAFKA_PORT=${STRATA_KAFKA_PORT:-59092}
+TANSU_VERSION=0.6.0
 MOTO_VERSION=5.2.5
 BUCKET=strata-test
 
@@ -106,15 +109,55 @@ start_s3() {
         return
     fi
     port_free "$S3_PORT" || die "port $S3_PORT is taken (set STRATA_S3_PORT)"
-    nohup "$venv/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"$DIR/moto.log" 2>&1 &
+    nohup "$venv/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" </dev/null >"$DIR/moto.log" 2>&1 &
     echo $! >"$DIR/moto.pid"
     wait_for "moto (S3)" 200 curl -sf -o /dev/null "http://127.0.0.1:$S3_PORT/moto-api/"
     curl -sf -X PUT "http://127.0.0.1:$S3_PORT/$BUCKET" >/dev/null || die "cannot create bucket $BUCKET"
     log "s3 (moto) ready on 127.0.0.1:$S3_PORT, bucket $BUCKET"
 }
 
+start_kafka() {
+    local bin=$HOME/.cargo/bin/tansu
+    if ! { [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "$TANSU_VERSION"; }; then
+        log "building tansu $TANSU_VERSION from crates.io (about 11 minutes, once)"
+        cargo install tansu --version "$TANSU_VERSION" --locked --features libsql \
+            >"$DIR/tansu-install.log" 2>&1 || die "cargo install tansu failed: see $DIR/tansu-install.log"
+    fi
+    if [ -f "$DIR/tansu.pid" ] && kill -0 "$(cat "$DIR/tansu.pid")" 2>/dev/null; then
+        log "tansu already running"
+        return
+    fi
+    port_free "$KAFKA_PORT" || die "port $KAFKA_PORT is taken (set STRATA_KAFKA_PORT)"
+    # A fresh broker state every start: tests create their own topics.
+    rm -rf "$DIR/tansu"
+    mkdir -p "$DIR/tansu"
+    # tansu's sqlite path is relative to its working directory; it listens on IPv4 only.
+    (cd "$DIR/tansu" && exec "$bin" broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+        --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+        --storage-engine sqlite://tansu.db </dev/null >"$DIR/tansu.log" 2>&1) &
+    echo $! >"$DIR/tansu.pid"
+    # tansu 0.6.0 lacks this index: without it fetches slow down until the broker stops answering.
+    local ok=0
+    for _ in $(seq 200); do
+        if python3 - "$DIR/tansu/tansu.db" <<'PY' 2>/dev/null
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=5)
+if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'header'").fetchone():
+    sys.exit(1)
+db.execute("CREATE INDEX IF NOT EXISTS header_tp_off ON header(topition, offset_id)")
+db.commit()
+PY
+        then ok=1; break; fi
+        sleep 0.1
+    done
+    [ "$ok" = 1 ] || die "tansu did not create its schema: see $DIR/tansu.log"
+    wait_for "tansu (kafka)" 100 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KAFKA_PORT"
+    log "kafka (tansu) ready on 127.0.0.1:$KAFKA_PORT"
+}
+
 print_env() {
     cat <<EOF
+export STRATA_TEST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 export STRATA_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:$PG_PORT/postgres
 export STRATA_TEST_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/
 export STRATA_TEST_S3_URL=s3://$BUCKET/strata-test
@@ -140,6 +183,14 @@ stop_all() {
         kill "$(cat "$DIR/moto.pid")" 2>/dev/null || true
         rm -f "$DIR/moto.pid"
     fi
+    if [ -f "$DIR/tansu.pid" ]; then
+        local pid
+        pid=$(cat "$DIR/tansu.pid")
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+        rm -f "$DIR/tansu.pid"
+    fi
     log "stopped"
 }
 
@@ -152,6 +203,7 @@ case "${1:-}" in
         start_postgres
         start_redis
         start_s3
+        start_kafka
         print_env >"$DIR/env"
         ;;
     env) print_env ;;

@@ -165,9 +165,17 @@ impl Assembler {
     /// Waits until the projections hold every event ingest has assigned for the session.
     async fn wait_for_projection(&self, tenant: &str, session: &str) -> Result<bool, Error> {
         let b = &self.backends;
-        let Ok(Some(log_head)) = b.hot.log_head(tenant, session).await else {
-            // Nothing appended through this process's hot state: the projections are the truth.
-            return Ok(true);
+        let log_head = match b.hot.log_head(tenant, session).await {
+            Ok(Some(head)) => head,
+            // No head in the hot state (e.g. none appended since it was last emptied): the
+            // projections are the only record of the session.
+            Ok(None) => return Ok(true),
+            Err(e) => {
+                // Without the log head the assembler cannot know whether it is complete: it
+                // assembles from the projections and says so.
+                tracing::warn!(tenant, session, error = %e, "hot state unavailable; cannot confirm the projections are complete");
+                return Ok(false);
+            }
         };
         let deadline = Instant::now() + self.options.max_projection_wait;
         loop {

@@ -1,8 +1,8 @@
-//! The same `strata` verbs on the distributed backends (PostgreSQL, Redis, S3) give the same
+//! The same `strata` verbs on the distributed backends (Kafka, PostgreSQL, Redis, S3) give the same
 //! context as on the embedded default: the service code is one, the backends are chosen by URL.
 //!
-//! Needs the servers of `scripts/services.sh start` and its variables (`STRATA_TEST_POSTGRES_URL`,
-//! `STRATA_TEST_REDIS_URL`, `STRATA_TEST_S3_URL`). Without them the test skips and says why,
+//! Needs the servers of `scripts/services.sh start` and its variables (`STRATA_TEST_KAFKA_BROKERS`,
+//! `STRATA_TEST_POSTGRES_URL`, `STRATA_TEST_REDIS_URL`, `STRATA_TEST_S3_URL`). Without them the test skips and says why,
 //! except under `CI`, where a missing server is a failure.
 
 use std::path::Path;
@@ -112,7 +112,8 @@ fn fixture(tenant: &str) -> String {
 
 #[test]
 fn distributed_backends_give_the_same_context_as_the_embedded_default() {
-    let (Some(pg), Some(redis), Some(s3)) = (
+    let (Some(kafka), Some(pg), Some(redis), Some(s3)) = (
+        required("STRATA_TEST_KAFKA_BROKERS"),
         required("STRATA_TEST_POSTGRES_URL"),
         required("STRATA_TEST_REDIS_URL"),
         required("STRATA_TEST_S3_URL"),
@@ -149,6 +150,10 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
     let embedded = dir.path().join("embedded");
     let distributed = dir.path().join("distributed");
     let remote = vec![
+        (
+            "STRATA_LOG",
+            format!("kafka://{kafka}/{}?partitions=4", unique("events")),
+        ),
         ("STRATA_DB", db_url.clone()),
         ("STRATA_HOT", redis.clone()),
         ("STRATA_BLOB", format!("{s3}/{}", unique("e2e"))),
@@ -185,9 +190,10 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
     assert!(contexts[1]["payload"]
         .to_string()
         .contains("artifact:sha256:"));
-    // The distributed run wrote nothing but the log into its data directory.
+    // The distributed run wrote nothing into a data directory: every backend is a server.
     assert!(!distributed.join("strata.db").exists());
     assert!(!distributed.join("blobs").exists());
+    assert!(!distributed.join("log").exists());
 
     let _ = Command::new("psql")
         .args([

@@ -17,6 +17,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub mod file;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 mod partitioner;
 
 pub use partitioner::{murmur2, partition_for};
@@ -257,10 +259,14 @@ pub async fn open(url: &str, options: FileLogOptions) -> Result<Arc<dyn EventLog
             reason: "file:// needs a directory".into(),
         }),
         Some(("file", path)) => Ok(Arc::new(file::FileLog::open(path, options).await?)),
+        #[cfg(feature = "kafka")]
+        Some(("kafka", _)) => Ok(Arc::new(
+            kafka::KafkaLog::open(kafka::KafkaOptions::from_url(url, options.partitions)?).await?,
+        )),
+        #[cfg(not(feature = "kafka"))]
         Some(("kafka", _)) => Err(Error::UnsupportedUrl {
             url: url.to_owned(),
-            reason: "the kafka backend is not built yet (see the distributed-backends issue)"
-                .into(),
+            reason: "this build has no kafka backend (cargo feature `kafka`)".into(),
         }),
         _ => Err(Error::UnsupportedUrl {
             url: url.to_owned(),

@@ -240,6 +240,11 @@ impl Projector {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "projected batch"
         );
+        // Tell the log too (Kafka's group offsets, for lag and for a member that cannot seek):
+        // after the store, so the log's offsets are never ahead of the projections.
+        if let Err(e) = self.consumer.commit(&offsets).await {
+            tracing::warn!(error = %e, "could not commit offsets to the log; the store has them");
+        }
         self.positions.extend(offsets);
         for key in touched {
             let fold = working

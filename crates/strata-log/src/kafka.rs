@@ -1,0 +1,560 @@
+//! The log on Kafka (`kafka://host:port[,host:port]/topic?partitions=N&replication=R`), through
+//! `rdkafka`.
+//!
+//! - Producer: idempotent (`enable.idempotence`, `acks=all`), the session id as key and the
+//!   partition chosen explicitly with Kafka's own murmur2 partitioner ([`crate::partition_for`]),
+//!   so records written here and by any Kafka producer with the default partitioner agree.
+//! - The topic is created through the admin API when missing.
+//! - Consumers: one `BaseConsumer` per group member, polled on a blocking thread (librdkafka's
+//!   poll and rebalance callback are synchronous), `enable.auto.commit=false`: offsets are
+//!   committed only when the caller says its work is durable. Assignment changes are reported by
+//!   `poll`; a caller that keeps its own offsets (the projector) seeks to them.
+//! - Seeking right after an assignment can race librdkafka's fetcher start; a seek that fails is
+//!   retried on the next polls and, failing that, reading continues from the group's committed
+//!   offset, which is never ahead of the caller's own (it commits to Kafka after its store): the
+//!   caller then sees records again and skips them by event id. At-least-once delivery with
+//!   idempotent effects, as Kafka consumers must be.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::{
+    Error, EventLog, LogConsumer, LogRecord, NewRecord, Offsets, Polled, Position, Result,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where and how to reach the topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaOptions {
+    pub brokers: String,
+    pub topic: String,
+    /// Partitions of a topic this backend creates.
+    pub partitions: u32,
+    pub replication: i32,
+}
+
+impl KafkaOptions {
+    /// Parses `kafka://host:port[,host:port]/topic?partitions=N&replication=R`.
+    pub fn from_url(url: &str, default_partitions: u32) -> Result<KafkaOptions> {
+        let bad = |reason: &str| Error::UnsupportedUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let rest = url
+            .strip_prefix("kafka://")
+            .ok_or_else(|| bad("expected kafka://"))?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (brokers, topic) = rest
+            .split_once('/')
+            .ok_or_else(|| bad("expected kafka://host:port/topic"))?;
+        if brokers.is_empty() || topic.is_empty() || topic.contains('/') {
+            return Err(bad("expected kafka://host:port/topic"));
+        }
+        let mut options = KafkaOptions {
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+            partitions: default_partitions,
+            replication: 1,
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("partitions", v)) => {
+                    options.partitions = v
+                        .parse()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| bad("partitions must be a positive integer"))?
+                }
+                Some(("replication", v)) => {
+                    options.replication = v
+                        .parse()
+                        .ok()
+                        .filter(|r| *r > 0)
+                        .ok_or_else(|| bad("replication must be a positive integer"))?
+                }
+                _ => return Err(bad(&format!("unknown parameter {pair:?}"))),
+            }
+        }
+        Ok(options)
+    }
+
+    fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers);
+        c
+    }
+}
+
+fn kafka_error(what: &str, e: KafkaError) -> Error {
+    Error::Io {
+        path: what.to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// The log on a Kafka topic.
+pub struct KafkaLog {
+    options: KafkaOptions,
+    partitions: u32,
+    producer: FutureProducer,
+    /// Used for watermarks, metadata and plain reads (assigned, never subscribed).
+    reader: Arc<Mutex<BaseConsumer>>,
+}
+
+impl std::fmt::Debug for KafkaLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaLog")
+            .field("options", &self.options)
+            .field("partitions", &self.partitions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaLog {
+    /// Connects, creates the topic when missing, and reads its partition count.
+    pub async fn open(options: KafkaOptions) -> Result<KafkaLog> {
+        let admin: AdminClient<DefaultClientContext> = options
+            .client_config()
+            .create()
+            .map_err(|e| kafka_error("kafka admin client", e))?;
+        let topic = NewTopic::new(
+            &options.topic,
+            options.partitions as i32,
+            TopicReplication::Fixed(options.replication),
+        );
+        let results = admin
+            .create_topics(
+                [&topic],
+                &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
+            )
+            .await
+            .map_err(|e| kafka_error("create topic", e))?;
+        for r in results {
+            match r {
+                Ok(_) => tracing::info!(topic = %options.topic, "created topic"),
+                Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((t, code)) => {
+                    return Err(Error::Config(format!("cannot create topic {t}: {code}")))
+                }
+            }
+        }
+        let producer: FutureProducer = options
+            .client_config()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("compression.type", "lz4")
+            .set("linger.ms", "5")
+            .create()
+            .map_err(|e| kafka_error("kafka producer", e))?;
+        let reader: BaseConsumer = options
+            .client_config()
+            .set("group.id", "strata-reader")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .create()
+            .map_err(|e| kafka_error("kafka reader", e))?;
+        let topic_name = options.topic.clone();
+        let reader = Arc::new(Mutex::new(reader));
+        let r = reader.clone();
+        let partitions = tokio::task::spawn_blocking(move || {
+            let reader = r.lock().map_err(|_| Error::Closed)?;
+            // The topic may take a moment to appear in the metadata after creation.
+            for _ in 0..50 {
+                let md = reader
+                    .fetch_metadata(Some(&topic_name), TIMEOUT)
+                    .map_err(|e| kafka_error("topic metadata", e))?;
+                if let Some(t) = md.topics().iter().find(|t| t.name() == topic_name) {
+                    if !t.partitions().is_empty() {
+                        return Ok(t.partitions().len() as u32);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(Error::Config(format!(
+                "topic {topic_name} has no partitions"
+            )))
+        })
+        .await
+        .map_err(|_| Error::Closed)??;
+        Ok(KafkaLog {
+            options,
+            partitions,
+            producer,
+            reader,
+        })
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&BaseConsumer) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let reader = self.reader.clone();
+        tokio::task::spawn_blocking(move || {
+            let reader = reader.lock().map_err(|_| Error::Closed)?;
+            f(&reader)
+        })
+        .await
+        .map_err(|_| Error::Closed)?
+    }
+}
+
+fn to_log_record(m: &impl Message) -> LogRecord {
+    let headers = m
+        .headers()
+        .map(|h| {
+            h.iter()
+                .map(|h| {
+                    (
+                        h.key.to_owned(),
+                        h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    LogRecord {
+        partition: m.partition() as u32,
+        offset: m.offset() as u64,
+        timestamp_ms: m.timestamp().to_millis().unwrap_or(0),
+        key: m.key().map(<[u8]>::to_vec).unwrap_or_default(),
+        headers,
+        value: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+    }
+}
+
+#[async_trait]
+impl EventLog for KafkaLog {
+    fn partition_count(&self) -> u32 {
+        self.partitions
+    }
+
+    async fn append(&self, records: Vec<NewRecord>) -> Result<Vec<Position>> {
+        let mut deliveries = Vec::with_capacity(records.len());
+        for r in &records {
+            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: Some(v),
+                });
+            }
+            let record = FutureRecord::to(&self.options.topic)
+                .partition(self.partition_for_key(&r.key) as i32)
+                .key(&r.key)
+                .payload(&r.value)
+                .headers(headers)
+                .timestamp(r.timestamp_ms);
+            // Enqueue in order (one key keeps its order); await the deliveries afterwards.
+            deliveries.push(
+                self.producer
+                    .send_result(record)
+                    .map_err(|(e, _)| kafka_error("enqueue record", e))?,
+            );
+        }
+        let mut positions = Vec::with_capacity(deliveries.len());
+        for d in deliveries {
+            let delivery = d
+                .await
+                .map_err(|_| Error::Closed)?
+                .map_err(|(e, _)| kafka_error("deliver record", e))?;
+            positions.push(Position {
+                partition: delivery.partition as u32,
+                offset: delivery.offset as u64,
+            });
+        }
+        Ok(positions)
+    }
+
+    async fn end_offsets(&self) -> Result<Vec<u64>> {
+        let topic = self.options.topic.clone();
+        let n = self.partitions;
+        self.blocking(move |c| {
+            (0..n)
+                .map(|p| {
+                    c.fetch_watermarks(&topic, p as i32, TIMEOUT)
+                        .map(|(_, high)| high.max(0) as u64)
+                        .map_err(|e| kafka_error("watermarks", e))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn read(&self, partition: u32, from: u64, max_records: usize) -> Result<Vec<LogRecord>> {
+        if partition >= self.partitions {
+            return Err(Error::NoSuchPartition {
+                partition,
+                count: self.partitions,
+            });
+        }
+        let topic = self.options.topic.clone();
+        self.blocking(move |c| {
+            let (_, high) = c
+                .fetch_watermarks(&topic, partition as i32, TIMEOUT)
+                .map_err(|e| kafka_error("watermarks", e))?;
+            let high = high.max(0) as u64;
+            if from >= high {
+                return Ok(Vec::new());
+            }
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(&topic, partition as i32, Offset::Offset(from as i64))
+                .map_err(|e| kafka_error("assign", e))?;
+            c.assign(&tpl).map_err(|e| kafka_error("assign", e))?;
+            let want = ((high - from) as usize).min(max_records);
+            let mut out = Vec::with_capacity(want);
+            let deadline = std::time::Instant::now() + TIMEOUT;
+            while out.len() < want && std::time::Instant::now() < deadline {
+                match c.poll(Duration::from_millis(100)) {
+                    Some(Ok(m)) if m.offset() as u64 >= from => out.push(to_log_record(&m)),
+                    Some(Ok(_)) | None => {}
+                    Some(Err(e)) => return Err(kafka_error("read", e)),
+                }
+            }
+            let _ = c.unassign();
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn committed(&self, group: &str) -> Result<Offsets> {
+        let consumer: BaseConsumer = self
+            .options
+            .client_config()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|e| kafka_error("kafka consumer", e))?;
+        let topic = self.options.topic.clone();
+        let n = self.partitions;
+        tokio::task::spawn_blocking(move || {
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..n {
+                tpl.add_partition(&topic, p as i32);
+            }
+            let committed = consumer
+                .committed_offsets(tpl, TIMEOUT)
+                .map_err(|e| kafka_error("committed offsets", e))?;
+            Ok(committed
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) if o >= 0 => Some((e.partition() as u32, o as u64)),
+                    _ => None,
+                })
+                .collect())
+        })
+        .await
+        .map_err(|_| Error::Closed)?
+    }
+
+    async fn subscribe(&self, group: &str) -> Result<Box<dyn LogConsumer>> {
+        let context = GroupContext::default();
+        let events = context.events.clone();
+        let consumer: BaseConsumer<GroupContext> = self
+            .options
+            .client_config()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .create_with_context(context)
+            .map_err(|e| kafka_error("kafka consumer", e))?;
+        consumer
+            .subscribe(&[&self.options.topic])
+            .map_err(|e| kafka_error("subscribe", e))?;
+        Ok(Box::new(KafkaConsumer {
+            topic: self.options.topic.clone(),
+            consumer: Arc::new(consumer),
+            events,
+            pending_seeks: BTreeMap::new(),
+            assignment: Vec::new(),
+        }))
+    }
+
+    async fn ping(&self) -> Result<()> {
+        let topic = self.options.topic.clone();
+        self.blocking(move |c| {
+            c.fetch_metadata(Some(&topic), Duration::from_secs(3))
+                .map(|_| ())
+                .map_err(|e| kafka_error("ping", e))
+        })
+        .await
+    }
+}
+
+/// Assignment changes seen by librdkafka's rebalance callback, drained by `poll`.
+#[derive(Debug, Default, Clone)]
+struct RebalanceEvents {
+    inner: Arc<Mutex<(Vec<u32>, Vec<u32>)>>,
+}
+
+#[derive(Default)]
+struct GroupContext {
+    events: RebalanceEvents,
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut e = match self.events.inner.lock() {
+            Ok(e) => e,
+            Err(p) => p.into_inner(),
+        };
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                e.0.extend(tpl.elements().iter().map(|x| x.partition() as u32))
+            }
+            Rebalance::Revoke(tpl) => {
+                e.1.extend(tpl.elements().iter().map(|x| x.partition() as u32))
+            }
+            Rebalance::Error(err) => tracing::warn!(error = %err, "rebalance error"),
+        }
+    }
+}
+
+/// One member of a consumer group on Kafka.
+struct KafkaConsumer {
+    topic: String,
+    consumer: Arc<BaseConsumer<GroupContext>>,
+    events: RebalanceEvents,
+    pending_seeks: BTreeMap<u32, u64>,
+    assignment: Vec<u32>,
+}
+
+impl std::fmt::Debug for KafkaConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConsumer")
+            .field("topic", &self.topic)
+            .field("assignment", &self.assignment)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl LogConsumer for KafkaConsumer {
+    async fn poll(&mut self, max_records: usize, timeout: Duration) -> Result<Polled> {
+        let consumer = self.consumer.clone();
+        let topic = self.topic.clone();
+        let seeks = std::mem::take(&mut self.pending_seeks);
+        let (records, unapplied) = tokio::task::spawn_blocking(move || {
+            let mut unapplied = BTreeMap::new();
+            for (p, o) in seeks {
+                if let Err(e) = consumer.seek(&topic, p as i32, Offset::Offset(o as i64), TIMEOUT) {
+                    tracing::debug!(partition = p, offset = o, error = %e, "seek deferred");
+                    unapplied.insert(p, o);
+                }
+            }
+            let mut out = Vec::new();
+            let mut wait = timeout;
+            while out.len() < max_records {
+                match consumer.poll(wait) {
+                    Some(Ok(m)) => out.push(to_log_record(&m)),
+                    Some(Err(e)) => return Err(kafka_error("poll", e)),
+                    None => break,
+                }
+                // Once something came, only take what is already there.
+                wait = Duration::ZERO;
+            }
+            Ok((out, unapplied))
+        })
+        .await
+        .map_err(|_| Error::Closed)??;
+        self.pending_seeks.extend(unapplied);
+        let (assigned, revoked) = {
+            let mut e = match self.events.inner.lock() {
+                Ok(e) => e,
+                Err(p) => p.into_inner(),
+            };
+            (std::mem::take(&mut e.0), std::mem::take(&mut e.1))
+        };
+        for p in &revoked {
+            self.assignment.retain(|x| x != p);
+            self.pending_seeks.remove(p);
+        }
+        for p in &assigned {
+            if !self.assignment.contains(p) {
+                self.assignment.push(*p);
+            }
+        }
+        self.assignment.sort_unstable();
+        // Records of partitions no longer ours are not handed out.
+        let records = records
+            .into_iter()
+            .filter(|r| self.assignment.contains(&r.partition))
+            .collect();
+        Ok(Polled {
+            assigned,
+            revoked,
+            records,
+        })
+    }
+
+    fn seek(&mut self, partition: u32, offset: u64) -> Result<()> {
+        // Applied on the polling thread at the next poll (librdkafka calls block).
+        self.pending_seeks.insert(partition, offset);
+        Ok(())
+    }
+
+    async fn commit(&mut self, offsets: &Offsets) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        for (p, o) in offsets {
+            tpl.add_partition_offset(&self.topic, *p as i32, Offset::Offset(*o as i64))
+                .map_err(|e| kafka_error("commit", e))?;
+        }
+        let consumer = self.consumer.clone();
+        tokio::task::spawn_blocking(move || {
+            consumer
+                .commit(&tpl, CommitMode::Sync)
+                .map_err(|e| kafka_error("commit", e))
+        })
+        .await
+        .map_err(|_| Error::Closed)?
+    }
+
+    fn assignment(&self) -> Vec<u32> {
+        self.assignment.clone()
+    }
+
+    async fn close(self: Box<Self>) -> Result<()> {
+        let consumer = self.consumer.clone();
+        tokio::task::spawn_blocking(move || {
+            consumer.unsubscribe();
+            // Let the group see this member leave.
+            let _ = consumer.poll(Duration::from_millis(100));
+        })
+        .await
+        .map_err(|_| Error::Closed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse() {
+        let o =
+            KafkaOptions::from_url("kafka://127.0.0.1:9092/agent-events?partitions=4", 8).unwrap();
+        assert_eq!(o.brokers, "127.0.0.1:9092");
+        assert_eq!(o.topic, "agent-events");
+        assert_eq!(o.partitions, 4);
+        assert_eq!(o.replication, 1);
+        assert!(KafkaOptions::from_url("kafka://127.0.0.1:9092", 8).is_err());
+        assert!(KafkaOptions::from_url("kafka://h:1/t?partitions=0", 8).is_err());
+        assert!(KafkaOptions::from_url("kafka://h:1/t?bogus=1", 8).is_err());
+    }
+}
