@@ -62,6 +62,9 @@ pub async fn ensure_dev_key(
 
 fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     use std::io::Write;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);
     #[cfg(unix)]
