@@ -87,6 +87,9 @@ pub struct TornTail {
 pub struct FileLog {
     inner: Arc<Inner>,
     recovery: Vec<TornTail>,
+    /// The dead-letter queue, a one-partition file log in `DIR/dead-letter`, opened on first use.
+    dead_letters: Arc<tokio::sync::OnceCell<Box<FileLog>>>,
+    fsync: FsyncPolicy,
 }
 
 impl fmt::Debug for FileLog {
@@ -119,7 +122,29 @@ impl FileLog {
             torn_tails = recovery.len(),
             "opened file log"
         );
-        Ok(FileLog { inner, recovery })
+        Ok(FileLog {
+            inner,
+            recovery,
+            dead_letters: Arc::default(),
+            fsync,
+        })
+    }
+
+    async fn dead_letter_log(&self) -> Result<&FileLog> {
+        let dir = self.inner.dir.join(DEAD_LETTER_DIR);
+        let fsync = self.fsync;
+        let log = self
+            .dead_letters
+            .get_or_try_init(|| async move {
+                let options = FileLogOptions {
+                    partitions: 1,
+                    fsync,
+                    segment_bytes: FileLogOptions::default().segment_bytes,
+                };
+                FileLog::open(dir, options).await.map(Box::new)
+            })
+            .await?;
+        Ok(log)
     }
 
     /// The torn tails cut while opening, one per partition whose last segment ended in a
@@ -200,7 +225,27 @@ impl EventLog for FileLog {
             Err(e) => Err(io_error(&self.inner.dir, e)),
         }
     }
+
+    async fn dead_letter(&self, record: &LogRecord, group: &str, reason: &str) -> Result<Position> {
+        let letter = crate::dead_letter::record(record, group, reason);
+        let log = self.dead_letter_log().await?;
+        let mut positions = log.append(vec![letter]).await?;
+        positions.pop().ok_or(Error::Closed)
+    }
+
+    async fn read_dead_letters(&self, from: u64, max_records: usize) -> Result<Vec<LogRecord>> {
+        if !self.inner.dir.join(DEAD_LETTER_DIR).exists() {
+            return Ok(Vec::new());
+        }
+        self.dead_letter_log()
+            .await?
+            .read(0, from, max_records)
+            .await
+    }
 }
+
+/// Subdirectory of the log holding its dead-letter queue.
+const DEAD_LETTER_DIR: &str = "dead-letter";
 
 /// The single member of a consumer group of a [`FileLog`]; it is assigned every partition.
 ///

@@ -1,10 +1,11 @@
-//! The log on Kafka (`kafka://host:port[,host:port]/topic?partitions=N&replication=R`), through
-//! `rdkafka`.
+//! The log on Kafka (`kafka://host:port[,host:port]/topic?partitions=N&replication=R
+//! &dead_letter_topic=T`), through `rdkafka`.
 //!
 //! - Producer: idempotent (`enable.idempotence`, `acks=all`), the session id as key and the
 //!   partition chosen explicitly with Kafka's own murmur2 partitioner ([`crate::partition_for`]),
 //!   so records written here and by any Kafka producer with the default partitioner agree.
-//! - The topic is created through the admin API when missing.
+//! - The topic and its dead-letter topic (`<topic>.dead-letter`, one partition) are created
+//!   through the admin API when missing.
 //! - Consumers: one `BaseConsumer` per group member, polled on a blocking thread (librdkafka's
 //!   poll and rebalance callback are synchronous), `enable.auto.commit=false`: offsets are
 //!   committed only when the caller says its work is durable. Assignment changes are reported by
@@ -43,6 +44,8 @@ pub struct KafkaOptions {
     /// Partitions of a topic this backend creates.
     pub partitions: u32,
     pub replication: i32,
+    /// Topic of the dead-letter queue (`?dead_letter_topic=`; default `<topic>.dead-letter`).
+    pub dead_letter_topic: String,
 }
 
 impl KafkaOptions {
@@ -67,6 +70,7 @@ impl KafkaOptions {
             topic: topic.to_owned(),
             partitions: default_partitions,
             replication: 1,
+            dead_letter_topic: format!("{topic}.dead-letter"),
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
@@ -83,6 +87,9 @@ impl KafkaOptions {
                         .ok()
                         .filter(|r| *r > 0)
                         .ok_or_else(|| bad("replication must be a positive integer"))?
+                }
+                Some(("dead_letter_topic", v)) if !v.is_empty() && !v.contains('/') => {
+                    options.dead_letter_topic = v.to_owned()
                 }
                 _ => return Err(bad(&format!("unknown parameter {pair:?}"))),
             }
@@ -134,16 +141,22 @@ impl KafkaLog {
             options.partitions as i32,
             TopicReplication::Fixed(options.replication),
         );
+        // One partition keeps dead letters in the order they were set aside.
+        let dead_letters = NewTopic::new(
+            &options.dead_letter_topic,
+            1,
+            TopicReplication::Fixed(options.replication),
+        );
         let results = admin
             .create_topics(
-                [&topic],
+                [&topic, &dead_letters],
                 &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
             )
             .await
             .map_err(|e| kafka_error("create topic", e))?;
         for r in results {
             match r {
-                Ok(_) => tracing::info!(topic = %options.topic, "created topic"),
+                Ok(t) => tracing::info!(topic = %t, "created topic"),
                 Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((t, code)) => {
                     return Err(Error::Config(format!("cannot create topic {t}: {code}")))
@@ -207,6 +220,42 @@ impl KafkaLog {
         })
         .await
         .map_err(|_| Error::Closed)?
+    }
+
+    /// Reads up to `max_records` records of one partition of `topic` from offset `from`.
+    async fn read_topic(
+        &self,
+        topic: String,
+        partition: u32,
+        from: u64,
+        max_records: usize,
+    ) -> Result<Vec<LogRecord>> {
+        self.blocking(move |c| {
+            let (_, high) = c
+                .fetch_watermarks(&topic, partition as i32, TIMEOUT)
+                .map_err(|e| kafka_error("watermarks", e))?;
+            let high = high.max(0) as u64;
+            if from >= high {
+                return Ok(Vec::new());
+            }
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(&topic, partition as i32, Offset::Offset(from as i64))
+                .map_err(|e| kafka_error("assign", e))?;
+            c.assign(&tpl).map_err(|e| kafka_error("assign", e))?;
+            let want = ((high - from) as usize).min(max_records);
+            let mut out = Vec::with_capacity(want);
+            let deadline = std::time::Instant::now() + TIMEOUT;
+            while out.len() < want && std::time::Instant::now() < deadline {
+                match c.poll(Duration::from_millis(100)) {
+                    Some(Ok(m)) if m.offset() as u64 >= from => out.push(to_log_record(&m)),
+                    Some(Ok(_)) | None => {}
+                    Some(Err(e)) => return Err(kafka_error("read", e)),
+                }
+            }
+            let _ = c.unassign();
+            Ok(out)
+        })
+        .await
     }
 }
 
@@ -299,33 +348,41 @@ impl EventLog for KafkaLog {
                 count: self.partitions,
             });
         }
-        let topic = self.options.topic.clone();
-        self.blocking(move |c| {
-            let (_, high) = c
-                .fetch_watermarks(&topic, partition as i32, TIMEOUT)
-                .map_err(|e| kafka_error("watermarks", e))?;
-            let high = high.max(0) as u64;
-            if from >= high {
-                return Ok(Vec::new());
-            }
-            let mut tpl = TopicPartitionList::new();
-            tpl.add_partition_offset(&topic, partition as i32, Offset::Offset(from as i64))
-                .map_err(|e| kafka_error("assign", e))?;
-            c.assign(&tpl).map_err(|e| kafka_error("assign", e))?;
-            let want = ((high - from) as usize).min(max_records);
-            let mut out = Vec::with_capacity(want);
-            let deadline = std::time::Instant::now() + TIMEOUT;
-            while out.len() < want && std::time::Instant::now() < deadline {
-                match c.poll(Duration::from_millis(100)) {
-                    Some(Ok(m)) if m.offset() as u64 >= from => out.push(to_log_record(&m)),
-                    Some(Ok(_)) | None => {}
-                    Some(Err(e)) => return Err(kafka_error("read", e)),
-                }
-            }
-            let _ = c.unassign();
-            Ok(out)
+        self.read_topic(self.options.topic.clone(), partition, from, max_records)
+            .await
+    }
+
+    async fn dead_letter(&self, record: &LogRecord, group: &str, reason: &str) -> Result<Position> {
+        let letter = crate::dead_letter::record(record, group, reason);
+        let mut headers = OwnedHeaders::new_with_capacity(letter.headers.len());
+        for (k, v) in &letter.headers {
+            headers = headers.insert(Header {
+                key: k,
+                value: Some(v),
+            });
+        }
+        let delivery = self
+            .producer
+            .send(
+                FutureRecord::to(&self.options.dead_letter_topic)
+                    .partition(0)
+                    .key(&letter.key)
+                    .payload(&letter.value)
+                    .headers(headers)
+                    .timestamp(letter.timestamp_ms),
+                rdkafka::util::Timeout::After(TIMEOUT),
+            )
+            .await
+            .map_err(|(e, _)| kafka_error("deliver dead letter", e))?;
+        Ok(Position {
+            partition: delivery.partition as u32,
+            offset: delivery.offset as u64,
         })
-        .await
+    }
+
+    async fn read_dead_letters(&self, from: u64, max_records: usize) -> Result<Vec<LogRecord>> {
+        self.read_topic(self.options.dead_letter_topic.clone(), 0, from, max_records)
+            .await
     }
 
     async fn committed(&self, group: &str) -> Result<Offsets> {
@@ -553,6 +610,11 @@ mod tests {
         assert_eq!(o.topic, "agent-events");
         assert_eq!(o.partitions, 4);
         assert_eq!(o.replication, 1);
+        assert_eq!(o.dead_letter_topic, "agent-events.dead-letter");
+        let o = KafkaOptions::from_url("kafka://h:1/t?dead_letter_topic=t-dlq&replication=3", 8)
+            .unwrap();
+        assert_eq!((o.dead_letter_topic.as_str(), o.replication), ("t-dlq", 3));
+        assert!(KafkaOptions::from_url("kafka://h:1/t?dead_letter_topic=", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://127.0.0.1:9092", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://h:1/t?partitions=0", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://h:1/t?bogus=1", 8).is_err());

@@ -151,6 +151,46 @@ pub trait EventLog: Debug + Send + Sync + 'static {
 
     /// Checks that the backend is reachable.
     async fn ping(&self) -> Result<()>;
+
+    /// Sets aside a record that consumer group `group` cannot process, with the reason, in the
+    /// log's dead-letter queue (the file log: `DIR/dead-letter/`; Kafka: the topic
+    /// `<topic>.dead-letter`). The record keeps its key, headers and bytes; headers
+    /// [`dead_letter::REASON`], [`dead_letter::GROUP`], [`dead_letter::PARTITION`] and
+    /// [`dead_letter::OFFSET`] say why and where it came from. Durable when this returns.
+    async fn dead_letter(&self, record: &LogRecord, group: &str, reason: &str) -> Result<Position>;
+
+    /// Reads up to `max_records` dead letters from offset `from` (inclusive), oldest first.
+    async fn read_dead_letters(&self, from: u64, max_records: usize) -> Result<Vec<LogRecord>>;
+}
+
+/// The dead-letter queue's record layout.
+pub mod dead_letter {
+    use crate::{LogRecord, NewRecord};
+
+    /// Why the record was set aside.
+    pub const REASON: &str = "strata.dead_letter.reason";
+    /// The consumer group that could not process it.
+    pub const GROUP: &str = "strata.dead_letter.group";
+    /// Its partition on the log.
+    pub const PARTITION: &str = "strata.dead_letter.partition";
+    /// Its offset on the log.
+    pub const OFFSET: &str = "strata.dead_letter.offset";
+
+    /// The dead letter of `record`: the same key, headers, bytes and timestamp, plus the
+    /// headers that say why and where from.
+    pub fn record(record: &LogRecord, group: &str, reason: &str) -> NewRecord {
+        let mut headers = record.headers.clone();
+        headers.push((REASON.into(), reason.as_bytes().to_vec()));
+        headers.push((GROUP.into(), group.as_bytes().to_vec()));
+        headers.push((PARTITION.into(), record.partition.to_string().into_bytes()));
+        headers.push((OFFSET.into(), record.offset.to_string().into_bytes()));
+        NewRecord {
+            key: record.key.clone(),
+            headers,
+            value: record.value.clone(),
+            timestamp_ms: record.timestamp_ms,
+        }
+    }
 }
 
 /// One member of a consumer group.
@@ -198,6 +238,12 @@ impl<T: EventLog + ?Sized> EventLog for Arc<T> {
     }
     async fn ping(&self) -> Result<()> {
         (**self).ping().await
+    }
+    async fn dead_letter(&self, record: &LogRecord, group: &str, reason: &str) -> Result<Position> {
+        (**self).dead_letter(record, group, reason).await
+    }
+    async fn read_dead_letters(&self, from: u64, max_records: usize) -> Result<Vec<LogRecord>> {
+        (**self).read_dead_letters(from, max_records).await
     }
 }
 

@@ -211,3 +211,47 @@ async fn two_members_split_the_partitions_and_one_takes_over() {
     }
     a.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn dead_letters_go_to_their_own_topic_with_the_reason() {
+    let Some(brokers) = brokers() else { return };
+    let log = log(&brokers, 2).await;
+    assert!(log.read_dead_letters(0, 10).await.unwrap().is_empty());
+    let at = log.append(vec![record(7)]).await.unwrap()[0];
+    let bad = log
+        .read(at.partition, at.offset, 1)
+        .await
+        .unwrap()
+        .remove(0);
+    let dl = log
+        .dead_letter(&bad, "strata-projector", "undecodable event: bad magic")
+        .await
+        .unwrap();
+    assert_eq!((dl.partition, dl.offset), (0, 0));
+    let letters = log.read_dead_letters(0, 10).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(letter.value, bad.value);
+    assert_eq!(letter.key, bad.key);
+    assert_eq!(letter.header("n"), Some(&b"7"[..]), "original headers kept");
+    let header = |name| letter.header(name).map(<[u8]>::to_vec);
+    assert_eq!(
+        header(strata_log::dead_letter::REASON),
+        Some(b"undecodable event: bad magic".to_vec())
+    );
+    assert_eq!(
+        header(strata_log::dead_letter::GROUP),
+        Some(b"strata-projector".to_vec())
+    );
+    assert_eq!(
+        header(strata_log::dead_letter::PARTITION),
+        Some(at.partition.to_string().into_bytes())
+    );
+    assert_eq!(
+        header(strata_log::dead_letter::OFFSET),
+        Some(at.offset.to_string().into_bytes())
+    );
+    // The main topic is untouched: the dead letter is not a record of the log.
+    let end: u64 = log.end_offsets().await.unwrap().iter().sum();
+    assert_eq!(end, 1);
+}

@@ -5,7 +5,9 @@
 //! Offsets live in the projection store, not in the log's group offsets: on every assignment the
 //! projector seeks to what the store says. A crash at any point therefore leaves the store at a
 //! batch boundary, and the next run resumes exactly there — no event lost, none applied twice.
-//! Events already projected (a re-sent record) are skipped by `event_id`.
+//! Events already projected (a re-sent record) are skipped by `event_id`. A record that is not a
+//! decodable event goes to the log's dead-letter queue with the reason before the transaction
+//! that moves the offset past it (at least once: a crash in between sets it aside again).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -30,7 +32,7 @@ pub enum Error {
     Log(#[from] strata_log::Error),
     #[error(transparent)]
     Store(#[from] strata_store::Error),
-    /// A record on the log is not a decodable event. The projector stops rather than skip it.
+    /// A record on the log is not a decodable event (for consumers that cannot set it aside).
     #[error("undecodable record at partition {partition} offset {offset}: {reason}")]
     Undecodable {
         partition: u32,
@@ -68,6 +70,8 @@ pub struct BatchStats {
     pub records: usize,
     pub applied: usize,
     pub duplicates: usize,
+    /// Undecodable records set aside in the dead-letter queue.
+    pub dead_letters: usize,
 }
 
 /// A running projector: one member of the projector group.
@@ -141,13 +145,29 @@ impl Projector {
         let started = Instant::now();
         let b = &self.backends;
         let mut events = Vec::with_capacity(records.len());
+        let mut offsets = Offsets::new();
+        let mut dead_letters = 0usize;
         for r in records {
-            let event = b.codec.decode(&r.value).map_err(|e| Error::Undecodable {
-                partition: r.partition,
-                offset: r.offset,
-                reason: e.to_string(),
-            })?;
-            events.push((r.position(), event));
+            // Every record moves the offsets on, including one set aside below.
+            offsets.insert(r.partition, r.offset + 1);
+            match b.codec.decode(&r.value) {
+                Ok(event) => events.push((r.position(), event)),
+                Err(e) => {
+                    // Never skipped silently: the record goes to the dead-letter queue, durably,
+                    // before the transaction that moves the offset past it.
+                    let reason = format!("undecodable event: {e}");
+                    let at = b.log.dead_letter(r, &self.options.group, &reason).await?;
+                    strata_runtime::metrics::DEAD_LETTERS.add(1);
+                    dead_letters += 1;
+                    tracing::error!(
+                        partition = r.partition,
+                        offset = r.offset,
+                        dead_letter_offset = at.offset,
+                        error = %e,
+                        "undecodable record set aside in the dead-letter queue"
+                    );
+                }
+            }
         }
 
         // Which events are already projected (re-sent records).
@@ -169,13 +189,12 @@ impl Projector {
         let mut touched: Vec<(String, String)> = Vec::new();
         let mut working: HashMap<(String, String), SessionFold> = HashMap::new();
         let mut batch_seqs: HashMap<(String, String), u64> = HashMap::new();
-        let mut offsets = Offsets::new();
         let mut stats = BatchStats {
             records: records.len(),
+            dead_letters,
             ..BatchStats::default()
         };
         for (pos, event) in &events {
-            offsets.insert(pos.partition, pos.offset + 1);
             let id_key = (event.tenant_id.clone(), event.event_id.clone());
             if already.contains(&id_key) || batch_seqs.contains_key(&id_key) {
                 stats.duplicates += 1;
@@ -285,7 +304,6 @@ impl Projector {
                 _ = &mut shutdown => break,
                 r = self.step() => match r {
                     Ok(_) => backoff = Duration::from_millis(100),
-                    Err(e @ Error::Undecodable { .. }) => return Err(e),
                     Err(e) => {
                         tracing::error!(error = %e, retry_in_ms = backoff.as_millis() as u64, "projector batch failed");
                         tokio::time::sleep(backoff).await;

@@ -335,6 +335,111 @@ async fn a_projector_recovers_in_process_after_a_failed_commit(kind: Kind) {
     store.drop_database().await;
 }
 
+async fn an_undecodable_record_goes_to_the_dead_letter_queue(kind: Kind) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = build_log(dir.path()).await;
+    let clean = clean_run(kind, log.clone(), dir.path()).await;
+    // Bytes no codec can read, under a session key, between the valid records.
+    let garbage = strata_log::NewRecord {
+        key: b"s1".to_vec(),
+        headers: vec![("strata.event_type".into(), b"ToolCallFinished".to_vec())],
+        value: b"\xc3\x01not an avro event".to_vec(),
+        timestamp_ms: 1_780_000_000_000,
+    };
+    let at = log.append(vec![garbage.clone()]).await.unwrap()[0];
+    let store = new_store(kind, dir.path(), "dlq").await;
+    let backends = backends_with(log.clone(), &store, dir.path());
+    let mut p = Projector::start(backends.clone(), options()).await.unwrap();
+    p.catch_up().await.unwrap();
+    let without_offsets = |mut print: BTreeMap<String, (u64, String)>| {
+        print.remove("consumer_offsets");
+        print
+    };
+    assert_eq!(
+        without_offsets(fingerprint(backends.store.as_ref()).await),
+        without_offsets(clean),
+        "{kind:?}: the valid events are projected exactly as without the bad record"
+    );
+    let letters = log.read_dead_letters(0, 10).await.unwrap();
+    assert_eq!(letters.len(), 1, "{kind:?}: one dead letter");
+    let letter = &letters[0];
+    assert_eq!(letter.value, garbage.value, "the bytes travel unchanged");
+    assert_eq!(letter.key, garbage.key);
+    assert_eq!(
+        letter.header("strata.event_type"),
+        Some(&b"ToolCallFinished"[..])
+    );
+    let header = |name: &str| String::from_utf8(letter.header(name).unwrap().to_vec()).unwrap();
+    assert!(header(strata_log::dead_letter::REASON).contains("undecodable"));
+    assert_eq!(header(strata_log::dead_letter::GROUP), "strata-projector");
+    assert_eq!(
+        header(strata_log::dead_letter::PARTITION),
+        at.partition.to_string()
+    );
+    assert_eq!(
+        header(strata_log::dead_letter::OFFSET),
+        at.offset.to_string()
+    );
+    // The offset moved past it: a restarted projector neither stops on it nor sets it aside twice.
+    let stored = backends.store.offsets("strata-projector").await.unwrap();
+    assert_eq!(stored[&at.partition], at.offset + 1);
+    drop(p);
+    let mut again = Projector::start(backends.clone(), options()).await.unwrap();
+    again.catch_up().await.unwrap();
+    assert_eq!(log.read_dead_letters(0, 10).await.unwrap().len(), 1);
+    drop((again, backends));
+    store.drop_database().await;
+}
+
+/// PostgreSQL only: the connection of the projector's transaction is killed from outside after
+/// the rows are written, before the commit. The batch fails, the pool replaces the connection,
+/// and the same projector goes on to exactly the clean projections.
+#[tokio::test]
+async fn postgres_connection_dropped_mid_transaction_changes_nothing() {
+    if postgres_url().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = build_log(dir.path()).await;
+    let clean = clean_run(Kind::Postgres, log.clone(), dir.path()).await;
+    let admin = postgres_url().unwrap();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let database = format!("strata_drop_{}_{nanos}", std::process::id());
+    let pool = sqlx::PgPool::connect(&admin).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {database}"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let url = format!("{}/{database}", &admin[..admin.rfind('/').unwrap()]);
+    let pg = Arc::new(PgStore::open(&url).await.unwrap());
+    let store = TestStore {
+        store: pg.clone(),
+        fail_next_commit: Box::new(|| {}),
+        database: Some((admin, database)),
+    };
+    let backends = backends_with(log.clone(), &store, dir.path());
+    let mut p = Projector::start(backends.clone(), options()).await.unwrap();
+    p.step().await.unwrap(); // assignment
+    p.step().await.unwrap();
+    pg.drop_connection_before_next_commit();
+    let err = p
+        .step()
+        .await
+        .expect_err("the commit on a killed connection fails");
+    assert!(
+        matches!(err, strata_projector::Error::Store(_)),
+        "a store error, not {err:?}"
+    );
+    p.catch_up().await.unwrap();
+    assert_eq!(fingerprint(backends.store.as_ref()).await, clean);
+    drop((p, backends));
+    pool.close().await;
+    store.drop_database().await;
+}
+
 macro_rules! on_every_store {
     ($($name:ident),+ $(,)?) => {
         mod sqlite {
@@ -362,4 +467,5 @@ on_every_store!(
     stopping_between_any_two_batches_changes_nothing,
     failing_after_the_write_before_the_commit_changes_nothing,
     a_projector_recovers_in_process_after_a_failed_commit,
+    an_undecodable_record_goes_to_the_dead_letter_queue,
 );

@@ -16,8 +16,8 @@ pub struct FollowStats {
 }
 
 /// Consumes the log as group `group` until `shutdown` resolves, handing each decoded event to
-/// `handle` and committing offsets after each batch is handled. Undecodable records are logged
-/// with their position and counted, never passed on silently.
+/// `handle` and committing offsets after each batch is handled. Undecodable records go to the
+/// dead-letter queue with the reason and are counted, never passed on silently.
 pub async fn follow_log<F>(
     backends: &Backends,
     group: &str,
@@ -48,8 +48,11 @@ where
                 }
                 Err(e) => {
                     stats.undecodable += 1;
+                    let reason = format!("undecodable event: {e}");
+                    backends.log.dead_letter(r, group, &reason).await?;
+                    crate::metrics::DEAD_LETTERS.add(1);
                     tracing::error!(group, partition = r.partition, offset = r.offset, error = %e,
-                        "undecodable record");
+                        "undecodable record set aside in the dead-letter queue");
                 }
             }
             offsets.insert(r.partition, r.offset + 1);

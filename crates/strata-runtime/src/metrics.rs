@@ -88,6 +88,10 @@ pub static PROJECTOR_BATCHES: Counter = Counter::new(
     "strata_projector_batches_total",
     "Projector transactions committed.",
 );
+pub static DEAD_LETTERS: Counter = Counter::new(
+    "strata_dead_letters_total",
+    "Undecodable records set aside in the dead-letter queue.",
+);
 pub static ASSEMBLIES: Counter = Counter::new(
     "strata_assembler_assemblies_total",
     "Context bundles assembled.",
@@ -110,6 +114,7 @@ pub fn render() -> String {
         &BATCHES_REJECTED,
         &EVENTS_PROJECTED,
         &PROJECTOR_BATCHES,
+        &DEAD_LETTERS,
         &ASSEMBLIES,
     ] {
         let _ = writeln!(out, "# HELP {} {}", c.name, c.help);

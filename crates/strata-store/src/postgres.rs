@@ -41,6 +41,7 @@ const DIALECT: Dialect = Dialect {
 pub struct PgStore {
     pool: PgPool,
     fail_next_commit: AtomicBool,
+    drop_connection_before_next_commit: AtomicBool,
 }
 
 impl PgStore {
@@ -63,6 +64,7 @@ impl PgStore {
         Ok(Self {
             pool,
             fail_next_commit: AtomicBool::new(false),
+            drop_connection_before_next_commit: AtomicBool::new(false),
         })
     }
 
@@ -70,6 +72,14 @@ impl PgStore {
     /// before committing, as a crash between write and commit would.
     pub fn fail_next_commit(&self) {
         self.fail_next_commit.store(true, Ordering::SeqCst);
+    }
+
+    /// Test support: the next [`ProjectionStore::commit_batch`] writes every row, then its
+    /// connection is killed from another session (`pg_terminate_backend`) before the commit, as
+    /// a network drop or a server restart mid-transaction would.
+    pub fn drop_connection_before_next_commit(&self) {
+        self.drop_connection_before_next_commit
+            .store(true, Ordering::SeqCst);
     }
 
     async fn write_changes(tx: &mut Transaction<'_, Postgres>, changes: &[Change]) -> Result<()> {
@@ -431,6 +441,18 @@ impl ProjectionStore for PgStore {
         if self.fail_next_commit.swap(false, Ordering::SeqCst) {
             // Dropping the transaction rolls it back, exactly as a crash here would.
             return Err(Error::Injected);
+        }
+        if self
+            .drop_connection_before_next_commit
+            .swap(false, Ordering::SeqCst)
+        {
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut *tx)
+                .await?;
+            sqlx::query("SELECT pg_terminate_backend($1)")
+                .bind(pid)
+                .execute(&self.pool)
+                .await?;
         }
         tx.commit().await?;
         Ok(())

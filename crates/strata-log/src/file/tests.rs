@@ -896,3 +896,40 @@ fn encoding_matches_the_documented_framing() {
     );
     assert_eq!(check_body(&body[..body.len() - 1]), None);
 }
+
+#[tokio::test]
+async fn dead_letters_are_kept_apart_and_survive_a_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = FileLog::open(tmp.path(), options(2, FsyncPolicy::Always))
+        .await
+        .unwrap();
+    assert!(log.read_dead_letters(0, 10).await.unwrap().is_empty());
+    let at = log.append(vec![record("s", 1)]).await.unwrap()[0];
+    let bad = log
+        .read(at.partition, at.offset, 1)
+        .await
+        .unwrap()
+        .remove(0);
+    let dl = log
+        .dead_letter(&bad, "strata-projector", "undecodable event: bad magic")
+        .await
+        .unwrap();
+    assert_eq!(dl.offset, 0);
+    drop(log);
+    let log = FileLog::open(tmp.path(), options(2, FsyncPolicy::Always))
+        .await
+        .unwrap();
+    let letters = log.read_dead_letters(0, 10).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].value, bad.value);
+    assert_eq!(
+        letters[0].header(crate::dead_letter::REASON),
+        Some(&b"undecodable event: bad magic"[..])
+    );
+    assert_eq!(letters[0].header("seq"), Some(&b"1"[..]));
+    assert_eq!(
+        log.end_offsets().await.unwrap().iter().sum::<u64>(),
+        1,
+        "dead letters are not records of the log"
+    );
+}
