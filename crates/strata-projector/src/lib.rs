@@ -24,6 +24,9 @@ use strata_store::{Offsets, ProjectionBatch};
 /// The projector's consumer group.
 pub const DEFAULT_GROUP: &str = "strata-projector";
 
+/// How often the consumer-lag gauges are refreshed.
+const LAG_EVERY: Duration = Duration::from_secs(1);
+
 /// Errors of the projector.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -84,23 +87,34 @@ pub struct Projector {
     folds: HashMap<(String, String), SessionFold>,
     /// Next offset per assigned partition, as committed.
     positions: Offsets,
+    lag: strata_runtime::metrics::LagReporter,
 }
 
 impl Projector {
     /// Joins the projector group.
     pub async fn start(backends: Backends, options: ProjectorOptions) -> Result<Projector> {
         let consumer = backends.log.subscribe(&options.group).await?;
+        let lag = strata_runtime::metrics::LagReporter::new(&options.group, LAG_EVERY);
         Ok(Projector {
             backends,
             options,
             consumer,
             folds: HashMap::new(),
             positions: Offsets::new(),
+            lag,
         })
     }
 
     /// Polls once and projects what came; returns what it did.
     pub async fn step(&mut self) -> Result<BatchStats> {
+        let result = self.poll_and_project().await;
+        self.lag
+            .report(self.backends.log.as_ref(), &self.positions)
+            .await;
+        result
+    }
+
+    async fn poll_and_project(&mut self) -> Result<BatchStats> {
         let polled = self
             .consumer
             .poll(self.options.batch_size, self.options.poll_timeout)
@@ -129,6 +143,7 @@ impl Projector {
         for p in revoked {
             self.positions.remove(p);
         }
+        self.lag.revoked(revoked);
         let stored = self.backends.store.offsets(&self.options.group).await?;
         for &p in assigned {
             let offset = stored.get(&p).copied().unwrap_or(0);

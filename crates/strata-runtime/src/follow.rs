@@ -29,6 +29,9 @@ where
 {
     let mut consumer = backends.log.subscribe(group).await?;
     let mut stats = FollowStats::default();
+    let committed = backends.log.committed(group).await?;
+    let mut positions = crate::Offsets::new();
+    let mut lag = crate::metrics::LagReporter::new(group, Duration::from_secs(1));
     tokio::pin!(shutdown);
     loop {
         let polled = tokio::select! {
@@ -36,7 +39,15 @@ where
             _ = &mut shutdown => break,
             p = consumer.poll(1000, Duration::from_millis(200)) => p?,
         };
+        for p in &polled.assigned {
+            positions.insert(*p, committed.get(p).copied().unwrap_or(0));
+        }
+        for p in &polled.revoked {
+            positions.remove(p);
+        }
+        lag.revoked(&polled.revoked);
         if polled.records.is_empty() {
+            lag.report(backends.log.as_ref(), &positions).await;
             continue;
         }
         let mut offsets = crate::Offsets::new();
@@ -58,6 +69,8 @@ where
             offsets.insert(r.partition, r.offset + 1);
         }
         consumer.commit(&offsets).await?;
+        positions.extend(offsets);
+        lag.report(backends.log.as_ref(), &positions).await;
     }
     consumer.close().await?;
     tracing::info!(group, events = stats.events, "consumer stopped");
