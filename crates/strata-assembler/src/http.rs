@@ -52,10 +52,11 @@ async fn context(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("invalid context request: {e}")))?
     };
-    match a.context(&tenant, &session, &request).await {
-        Ok(assembled) => Ok(Json(json!({
+    match a.context_and_record(&tenant, &session, &request).await {
+        Ok((assembled, recorded)) => Ok(Json(json!({
             "payload": assembled.payload,
             "assembly": assembled.assembly,
+            "recorded": recorded,
         }))),
         Err(e @ Error::NotFound { .. }) => Err(ApiError::not_found(e.to_string())),
         Err(e @ Error::BadRequest(_)) => Err(ApiError::bad_request(e.to_string())),

@@ -45,6 +45,8 @@ pub struct AssemblerOptions {
     pub max_projection_wait: Duration,
     /// Whether each assembly is appended to the log as `ContextBuilt`.
     pub record_assemblies: bool,
+    /// The projector's consumer group (its offsets say how far the projections reach).
+    pub projector_group: String,
 }
 
 impl Default for AssemblerOptions {
@@ -53,6 +55,7 @@ impl Default for AssemblerOptions {
             window: 256,
             max_projection_wait: Duration::from_secs(5),
             record_assemblies: true,
+            projector_group: strata_runtime::PROJECTOR_GROUP.into(),
         }
     }
 }
@@ -106,13 +109,28 @@ impl Assembler {
     }
 
     /// Assembles the context of the next model call of `session` for `tenant`.
-    #[tracing::instrument(name = "assembler.context", skip(self, request))]
     pub async fn context(
         &self,
         tenant: &str,
         session: &str,
         request: &ContextRequest,
     ) -> Result<Assembled, Error> {
+        self.context_and_record(tenant, session, request)
+            .await
+            .map(|(assembled, _)| assembled)
+    }
+
+    /// [`Assembler::context`], also saying whether the assembly was recorded on the log. A
+    /// failure to record (the log or the hot state unavailable) does not fail the request: the
+    /// caller gets its context, the failure is logged and counted
+    /// (`strata_assembler_unrecorded_total`), and `false` says so.
+    #[tracing::instrument(name = "assembler.context", skip(self, request))]
+    pub async fn context_and_record(
+        &self,
+        tenant: &str,
+        session: &str,
+        request: &ContextRequest,
+    ) -> Result<(Assembled, bool), Error> {
         let started = Instant::now();
         let branch = request
             .branch
@@ -156,28 +174,36 @@ impl Assembler {
         );
         strata_runtime::metrics::ASSEMBLIES.add(1);
         strata_runtime::metrics::ASSEMBLY_LATENCY.observe(started.elapsed());
+        let mut recorded = false;
         if self.options.record_assemblies {
-            self.record(&assembled).await?;
+            match self.record(&assembled).await {
+                Ok(()) => recorded = true,
+                Err(e) => {
+                    strata_runtime::metrics::ASSEMBLIES_UNRECORDED.add(1);
+                    tracing::error!(tenant, session, assembly_id = %assembled.assembly.assembly_id,
+                        error = %e, "assembled, but could not record the assembly on the log");
+                }
+            }
         }
-        Ok(assembled)
+        Ok((assembled, recorded))
     }
 
-    /// Waits until the projections hold every event ingest has assigned for the session.
+    /// Waits, bounded, until the projections hold every event appended for the session before
+    /// this call. Fast path: the hot state's log head against the projected seq. When the hot
+    /// state does not know the head (expired, flushed) or is down, the log decides: the end of
+    /// the session's partition now, against the projector's offset in the projection store.
     async fn wait_for_projection(&self, tenant: &str, session: &str) -> Result<bool, Error> {
         let b = &self.backends;
+        let deadline = Instant::now() + self.options.max_projection_wait;
         let log_head = match b.hot.log_head(tenant, session).await {
             Ok(Some(head)) => head,
-            // No head in the hot state (e.g. none appended since it was last emptied): the
-            // projections are the only record of the session.
-            Ok(None) => return Ok(true),
+            Ok(None) => return self.wait_for_partition(session, deadline).await,
             Err(e) => {
-                // Without the log head the assembler cannot know whether it is complete: it
-                // assembles from the projections and says so.
-                tracing::warn!(tenant, session, error = %e, "hot state unavailable; cannot confirm the projections are complete");
-                return Ok(false);
+                tracing::warn!(tenant, session, error = %e,
+                    "hot state unavailable; checking the projections against the log");
+                return self.wait_for_partition(session, deadline).await;
             }
         };
-        let deadline = Instant::now() + self.options.max_projection_wait;
         loop {
             let projected = match b.hot.projected(tenant, session).await {
                 Ok(Some(p)) => p.projected_seq,
@@ -202,6 +228,43 @@ impl Assembler {
                 return Ok(false);
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Waits until the projector has passed the end of the session's partition as of now.
+    async fn wait_for_partition(&self, session: &str, deadline: Instant) -> Result<bool, Error> {
+        let b = &self.backends;
+        let partition = b.log.partition_for_key(session.as_bytes());
+        let end = match b.log.end_offsets().await {
+            Ok(ends) => ends.get(partition as usize).copied().unwrap_or(0),
+            Err(e) => {
+                tracing::warn!(session, error = %e,
+                    "the log is unavailable; cannot confirm the projections are complete");
+                return Ok(false);
+            }
+        };
+        loop {
+            let projected_to = b
+                .store
+                .offsets(&self.options.projector_group)
+                .await?
+                .get(&partition)
+                .copied()
+                .unwrap_or(0);
+            if projected_to >= end {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    session,
+                    partition,
+                    end,
+                    projected_to,
+                    "projections lag the log; assembling from what is projected"
+                );
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 

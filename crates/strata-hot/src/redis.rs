@@ -121,11 +121,13 @@ impl RedisHotState {
             url: endpoint.clone(),
             reason: format!("not a usable redis url ({})", describe(&e)),
         })?;
+        // A cache fails fast: while Redis is down, callers take their fallback paths instead
+        // of waiting on reconnection backoff.
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(4)
-            .set_max_delay(Duration::from_secs(2));
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(Duration::from_secs(1)))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
         let conn = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| {

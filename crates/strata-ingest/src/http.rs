@@ -93,6 +93,9 @@ pub fn to_api_error(e: IngestError) -> ApiError {
             err.message = "a backend is unavailable; nothing of this batch was accepted".into();
             err
         }
+        IngestError::Unavailable(why) => {
+            ApiError::unavailable(format!("{why}; nothing of this batch was accepted"))
+        }
     }
 }
 

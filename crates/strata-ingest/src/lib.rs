@@ -84,6 +84,10 @@ pub enum IngestError {
     /// A backend failed; nothing of the batch was acknowledged.
     #[error("{0}")]
     Backend(String),
+    /// Ingest cannot safely assign seqs right now; nothing of the batch was acknowledged.
+    /// Retrying later succeeds.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// What happened to one event of an accepted batch.
@@ -107,14 +111,33 @@ pub struct Outcome {
 pub struct IngestOptions {
     /// Tool outputs larger than this many bytes become artifacts.
     pub artifact_threshold: usize,
+    /// The projector's consumer group, whose offsets in the projection store say how far the
+    /// projections reach on each partition.
+    pub projector_group: String,
+    /// Most log records read to recover a session head the hot state lost (see
+    /// [`Ingestor::ingest`]); beyond it the batch is refused until the projector catches up.
+    pub max_head_recovery_records: u64,
 }
 
 impl Default for IngestOptions {
     fn default() -> Self {
         Self {
             artifact_threshold: DEFAULT_ARTIFACT_THRESHOLD,
+            projector_group: strata_runtime::PROJECTOR_GROUP.into(),
+            max_head_recovery_records: 200_000,
         }
     }
+}
+
+/// A session's head as the hot state had it, or as recovered from the projections and the log.
+#[derive(Debug, Clone, Default)]
+struct Head {
+    /// The value in the hot state (`None`: absent), for the compare-and-set.
+    cached: Option<u64>,
+    /// The next seq is `seq + 1`.
+    seq: u64,
+    /// When recovered: events of the session on the log beyond the projections, by event id.
+    unprojected: HashMap<String, u64>,
 }
 
 /// The ingest pipeline over a set of backends.
@@ -251,8 +274,27 @@ impl Ingestor {
             }
         }
 
+        // Session heads. A head the hot state lost is recovered from the projections and the
+        // log; the events found on the log beyond the projections also answer for duplicates.
+        let mut heads: HashMap<(String, String), Head> = HashMap::new();
+        for (e, _) in &events {
+            let skey = (e.tenant_id.clone(), e.session_id.clone());
+            if let std::collections::hash_map::Entry::Vacant(slot) = heads.entry(skey) {
+                slot.insert(self.head_of(&e.tenant_id, &e.session_id).await?);
+            }
+        }
+        for (e, _) in &events {
+            let id_key = (e.tenant_id.clone(), e.event_id.clone());
+            if known.contains_key(&id_key) {
+                continue;
+            }
+            let head = &heads[&(e.tenant_id.clone(), e.session_id.clone())];
+            if let Some(&seq) = head.unprojected.get(&e.event_id) {
+                known.insert(id_key, seq);
+            }
+        }
+
         // Sequence numbers.
-        let mut heads: HashMap<(String, String), (Option<u64>, u64)> = HashMap::new();
         let mut outcomes: Vec<Outcome> = Vec::with_capacity(events.len());
         let mut fresh: Vec<(usize, Event)> = Vec::new();
         let mut seen_in_batch: HashMap<(String, String), u64> = HashMap::new();
@@ -268,14 +310,7 @@ impl Ingestor {
                 continue;
             }
             let skey = (event.tenant_id.clone(), event.session_id.clone());
-            if !heads.contains_key(&skey) {
-                let head = self
-                    .head_of(&skey.0, &skey.1)
-                    .await
-                    .map_err(|e| backend(&e))?;
-                heads.insert(skey.clone(), head);
-            }
-            let (_, head) = heads.get_mut(&skey).expect("inserted above");
+            let head = &mut heads.get_mut(&skey).expect("every session has a head").seq;
             if let Some(expected) = expected {
                 if expected != *head {
                     return Err(IngestError::Conflict {
@@ -326,7 +361,11 @@ impl Ingestor {
 
         // Reserve the heads, append, publish.
         let mut reserved: Vec<(String, String, Option<u64>)> = Vec::new();
-        for ((tenant, session), (old, new)) in &heads {
+        for ((tenant, session), head) in &heads {
+            let (old, new) = (&head.cached, &head.seq);
+            if *new == old.unwrap_or(0) {
+                continue; // nothing new for this session (only duplicates)
+            }
             let ok = b
                 .hot
                 .compare_and_set_log_head(tenant, session, *old, *new)
@@ -400,10 +439,10 @@ impl Ingestor {
     async fn release(
         &self,
         reserved: &[(String, String, Option<u64>)],
-        heads: &HashMap<(String, String), (Option<u64>, u64)>,
+        heads: &HashMap<(String, String), Head>,
     ) {
         for (tenant, session, old) in reserved {
-            let new = heads[&(tenant.clone(), session.clone())].1;
+            let new = heads[&(tenant.clone(), session.clone())].seq;
             if let Some(old) = old {
                 let _ = self
                     .backends
@@ -414,35 +453,119 @@ impl Ingestor {
         }
     }
 
-    /// The session's head seq: hot state first, else the projections.
-    async fn head_of(&self, tenant: &str, session: &str) -> Result<(Option<u64>, u64), String> {
+    /// The session's head: the hot state's, or, when the hot state does not have it (a new
+    /// session, an expired key, a flushed Redis), recovered without trusting the projections to
+    /// be current: the projector's offset on the session's partition is read first, then the
+    /// session's fold (at least that current), then every record of the partition from that
+    /// offset to the end of the log. The head is the highest seq among them, and the events found
+    /// on the log are returned for the duplicate check. A lagging projector can therefore never
+    /// make ingest hand out a seq twice.
+    async fn head_of(&self, tenant: &str, session: &str) -> Result<Head, IngestError> {
+        let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
         let b = &self.backends;
         if let Some(h) = b
             .hot
             .log_head(tenant, session)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| backend(&e))?
         {
-            return Ok((Some(h), h));
+            return Ok(Head {
+                cached: Some(h),
+                seq: h,
+                unprojected: HashMap::new(),
+            });
         }
-        let head = b
+        let partition = b.log.partition_for_key(session.as_bytes());
+        let projected_to = b
+            .store
+            .offsets(&self.options.projector_group)
+            .await
+            .map_err(|e| backend(&e))?
+            .get(&partition)
+            .copied()
+            .unwrap_or(0);
+        let mut seq = b
             .store
             .session_fold(tenant, session)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| backend(&e))?
             .map(|f| f.head_seq)
             .unwrap_or(0);
-        // Seed the hot state so the compare-and-set has something to compare with.
-        let seeded = if head > 0 {
-            b.hot
-                .compare_and_set_log_head(tenant, session, None, head)
+        let end = b
+            .log
+            .end_offsets()
+            .await
+            .map_err(|e| backend(&e))?
+            .get(partition as usize)
+            .copied()
+            .unwrap_or(0);
+        if end.saturating_sub(projected_to) > self.options.max_head_recovery_records {
+            return Err(IngestError::Unavailable(format!(
+                "the head of session {session:?} is not in the hot state and the projections are \
+                 {} records behind the log on partition {partition}; retry once the projector \
+                 has caught up",
+                end - projected_to
+            )));
+        }
+        let mut unprojected = HashMap::new();
+        let mut from = projected_to;
+        while from < end {
+            let records = b
+                .log
+                .read(partition, from, 1000)
                 .await
-                .map_err(|e| e.to_string())?;
-            Some(head)
+                .map_err(|e| backend(&e))?;
+            let Some(last) = records.last() else { break };
+            from = last.offset + 1;
+            for r in records.iter().filter(|r| r.key == session.as_bytes()) {
+                // Undecodable records are the projector's to set aside; they carry no seq here.
+                let Ok(event) = b.codec.decode(&r.value) else {
+                    continue;
+                };
+                if event.tenant_id == tenant && event.session_id == session {
+                    let event_seq = event.seq.unwrap_or(0);
+                    seq = seq.max(event_seq);
+                    unprojected.insert(event.event_id, event_seq);
+                }
+            }
+        }
+        // Seed the hot state so the compare-and-set has something to compare with.
+        let cached = if seq > 0 {
+            let seeded = b
+                .hot
+                .compare_and_set_log_head(tenant, session, None, seq)
+                .await
+                .map_err(|e| backend(&e))?;
+            if !seeded {
+                // Another writer seeded (and maybe advanced) it meanwhile: use its value.
+                let now = b
+                    .hot
+                    .log_head(tenant, session)
+                    .await
+                    .map_err(|e| backend(&e))?;
+                return Ok(Head {
+                    cached: now,
+                    seq: now.unwrap_or(seq),
+                    unprojected,
+                });
+            }
+            Some(seq)
         } else {
             None
         };
-        Ok((seeded, head))
+        tracing::debug!(
+            tenant,
+            session,
+            seq,
+            projected_to,
+            end,
+            "recovered a session head missing from the hot state"
+        );
+        Ok(Head {
+            cached,
+            seq,
+            unprojected,
+        })
     }
 
     async fn seq_of(&self, event: &Event) -> Result<u64, String> {

@@ -22,7 +22,7 @@ use strata_runtime::Backends;
 use strata_store::{Offsets, ProjectionBatch};
 
 /// The projector's consumer group.
-pub const DEFAULT_GROUP: &str = "strata-projector";
+pub const DEFAULT_GROUP: &str = strata_runtime::PROJECTOR_GROUP;
 
 /// How often the consumer-lag gauges are refreshed.
 const LAG_EVERY: Duration = Duration::from_secs(1);

@@ -229,6 +229,10 @@ pub mod follow;
 /// Next offset per partition.
 pub type Offsets = strata_log::Offsets;
 
+/// The consumer group of the state projector. Ingest and the assembler read its offsets in the
+/// projection store to know how far the projections reach on each partition.
+pub const PROJECTOR_GROUP: &str = "strata-projector";
+
 /// Serves `router` on `listen` until `shutdown` resolves, then finishes in-flight requests.
 pub async fn serve(
     router: axum::Router,

@@ -201,6 +201,10 @@ pub static ASSEMBLIES: Counter = Counter::new(
     "strata_assembler_assemblies_total",
     "Context bundles assembled.",
 );
+pub static ASSEMBLIES_UNRECORDED: Counter = Counter::new(
+    "strata_assembler_unrecorded_total",
+    "Context bundles returned without their ContextBuilt record (the log or hot state failed).",
+);
 pub static PROJECTOR_BATCH_LATENCY: Histogram = Histogram::new(
     "strata_projector_batch_seconds",
     "Time to fold and commit one projector batch.",
@@ -221,6 +225,7 @@ pub fn render() -> String {
         &PROJECTOR_BATCHES,
         &DEAD_LETTERS,
         &ASSEMBLIES,
+        &ASSEMBLIES_UNRECORDED,
     ] {
         let _ = writeln!(out, "# HELP {} {}", c.name, c.help);
         let _ = writeln!(out, "# TYPE {} counter", c.name);

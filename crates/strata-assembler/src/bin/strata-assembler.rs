@@ -17,6 +17,13 @@ struct Opts {
     /// Address to listen on.
     #[arg(long, env = "STRATA_LISTEN", default_value = "127.0.0.1:7701")]
     listen: SocketAddr,
+    /// Longest wait, in milliseconds, for the projections to reach the session's head before
+    /// assembling from what is projected (the assembly then says `projection_complete: false`).
+    #[arg(long, env = "STRATA_MAX_PROJECTION_WAIT_MS", default_value_t = 5000)]
+    max_projection_wait_ms: u64,
+    /// The projector's consumer group (its offsets say how far the projections reach).
+    #[arg(long, env = "STRATA_PROJECTOR_GROUP", default_value = strata_runtime::PROJECTOR_GROUP)]
+    projector_group: String,
 }
 
 #[tokio::main]
@@ -24,8 +31,22 @@ async fn main() -> anyhow::Result<()> {
     strata_runtime::init_tracing("info");
     let opts = Opts::parse();
     let backends = Backends::open(&opts.backends, "strata-assembler").await?;
-    let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
-    let assembler = Assembler::new(backends, ingestor, AssemblerOptions::default());
+    let ingestor = Arc::new(Ingestor::new(
+        backends.clone(),
+        IngestOptions {
+            projector_group: opts.projector_group.clone(),
+            ..IngestOptions::default()
+        },
+    ));
+    let assembler = Assembler::new(
+        backends,
+        ingestor,
+        AssemblerOptions {
+            max_projection_wait: std::time::Duration::from_millis(opts.max_projection_wait_ms),
+            projector_group: opts.projector_group,
+            ..AssemblerOptions::default()
+        },
+    );
     strata_runtime::serve(
         http::routes(assembler),
         opts.listen,

@@ -19,6 +19,9 @@ struct Opts {
     /// Tool outputs larger than this many bytes are stored as artifacts.
     #[arg(long, env = "STRATA_ARTIFACT_THRESHOLD", default_value_t = strata_ingest::DEFAULT_ARTIFACT_THRESHOLD)]
     artifact_threshold: usize,
+    /// The projector's consumer group (its offsets say how far the projections reach).
+    #[arg(long, env = "STRATA_PROJECTOR_GROUP", default_value = strata_runtime::PROJECTOR_GROUP)]
+    projector_group: String,
 }
 
 #[tokio::main]
@@ -31,6 +34,8 @@ async fn main() -> anyhow::Result<()> {
         backends,
         IngestOptions {
             artifact_threshold: opts.artifact_threshold,
+            projector_group: opts.projector_group,
+            ..IngestOptions::default()
         },
     ));
     let router = http::routes(ingestor).merge(admin);

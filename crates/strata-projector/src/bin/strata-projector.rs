@@ -17,7 +17,7 @@ struct Opts {
     #[arg(long, env = "STRATA_PROJECTOR_GROUP", default_value = strata_projector::DEFAULT_GROUP)]
     group: String,
     /// Most records per transaction.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, env = "STRATA_PROJECTOR_BATCH_SIZE", default_value_t = 2000)]
     batch_size: usize,
 }
 
