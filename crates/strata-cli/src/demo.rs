@@ -12,8 +12,12 @@ use crate::ContextArgs;
 /// Session id of the demo session.
 pub(crate) const DEMO_SESSION: &str = "demo-invoice-fix";
 
-pub(crate) async fn run(opts: &BackendOpts, args: &ContextArgs) -> anyhow::Result<()> {
-    let backends = crate::open_current(opts, "strata demo").await?;
+pub(crate) async fn run(
+    opts: &BackendOpts,
+    wait: std::time::Duration,
+    args: &ContextArgs,
+) -> anyhow::Result<()> {
+    let backends = crate::open_current(opts, wait, "strata demo").await?;
     let events = demo_events(&args.tenant, DEMO_SESSION);
     let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
     let outcomes = ingestor
@@ -23,7 +27,7 @@ pub(crate) async fn run(opts: &BackendOpts, args: &ContextArgs) -> anyhow::Resul
         )
         .await?;
     let accepted = outcomes.iter().filter(|o| o.status == "accepted").count();
-    strata_projector::catch_up(&backends).await?;
+    strata_projector::bring_current(&backends, wait).await?;
     let mut request = args.request();
     if request.budget.is_none() {
         // A realistic per-call budget: what an agent would give its context, not the whole window.
@@ -32,7 +36,7 @@ pub(crate) async fn run(opts: &BackendOpts, args: &ContextArgs) -> anyhow::Resul
     let assembled = crate::assembler(&backends)
         .context(&args.tenant, DEMO_SESSION, &request)
         .await?;
-    strata_projector::catch_up(&backends).await?;
+    strata_projector::bring_current(&backends, wait).await?;
     if args.json {
         return crate::view::print_context(&assembled, true);
     }

@@ -13,7 +13,11 @@ const BATCH: usize = 1000;
 
 /// Reads every line of every file, validates all of them, and only then ingests, in order:
 /// a file with a bad line imports nothing and reports every bad line.
-pub(crate) async fn import(backends: &Backends, files: &[PathBuf]) -> anyhow::Result<()> {
+pub(crate) async fn import(
+    backends: &Backends,
+    wait: std::time::Duration,
+    files: &[PathBuf],
+) -> anyhow::Result<()> {
     let mut events: Vec<(Event, Option<u64>)> = Vec::new();
     let mut problems: Vec<String> = Vec::new();
     for file in files {
@@ -97,7 +101,7 @@ pub(crate) async fn import(backends: &Backends, files: &[PathBuf]) -> anyhow::Re
     if progress {
         eprintln!();
     }
-    strata_projector::catch_up(backends).await?;
+    strata_projector::bring_current(backends, wait).await?;
     println!("imported {accepted} event(s), {duplicates} duplicate(s) skipped");
     Ok(())
 }

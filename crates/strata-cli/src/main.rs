@@ -1,9 +1,10 @@
 //! `strata`: Strata's command-line interface (SPEC §9).
 //!
 //! Every verb runs on its own against the data directory (embedded default) or the backends
-//! named by `STRATA_LOG`, `STRATA_DB`, `STRATA_HOT`, `STRATA_BLOB`. On the embedded default, a
-//! verb first brings the projections up to the log's head, so what it prints reflects every event
-//! appended before it.
+//! named by `STRATA_LOG`, `STRATA_DB`, `STRATA_HOT`, `STRATA_BLOB`. A verb first brings the
+//! projections up to the log's head, so what it prints reflects every event appended before it:
+//! on the embedded default it projects itself; on a shared log (Kafka) it waits for the projector
+//! services (`--projection-wait-secs`) rather than join their consumer group.
 
 mod bench;
 mod demo;
@@ -14,6 +15,7 @@ mod view;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use strata_assembler::{Assembler, AssemblerOptions, ContextRequest};
@@ -27,6 +29,15 @@ use strata_runtime::{auth, BackendOpts, Backends};
 struct Cli {
     #[command(flatten)]
     backends: BackendOpts,
+    /// On a shared log (Kafka), how long a verb waits for the projector services to reach the
+    /// end of the log before it gives up. (On the embedded default, verbs project themselves.)
+    #[arg(
+        long,
+        global = true,
+        env = "STRATA_PROJECTION_WAIT_SECS",
+        default_value_t = 60
+    )]
+    projection_wait_secs: u64,
     #[command(subcommand)]
     command: Command,
 }
@@ -164,9 +175,13 @@ fn main() -> ExitCode {
 }
 
 /// The backends with the projections brought up to the log's head.
-async fn open_current(opts: &BackendOpts, holder: &str) -> anyhow::Result<Backends> {
+async fn open_current(
+    opts: &BackendOpts,
+    wait: Duration,
+    holder: &str,
+) -> anyhow::Result<Backends> {
     let backends = Backends::open(opts, holder).await?;
-    strata_projector::catch_up(&backends).await?;
+    strata_projector::bring_current(&backends, wait).await?;
     Ok(backends)
 }
 
@@ -177,27 +192,28 @@ fn assembler(backends: &Backends) -> Assembler {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let opts = &cli.backends;
+    let wait = Duration::from_secs(cli.projection_wait_secs);
     match cli.command {
         Command::Dev { listen } => dev::run(opts, listen).await,
-        Command::Demo { context } => demo::run(opts, &context).await,
+        Command::Demo { context } => demo::run(opts, wait, &context).await,
         Command::Import { files } => {
-            let backends = open_current(opts, "strata import").await?;
-            jsonl::import(&backends, &files).await
+            let backends = open_current(opts, wait, "strata import").await?;
+            jsonl::import(&backends, wait, &files).await
         }
         Command::Export {
             session,
             tenant,
             output,
         } => {
-            let backends = open_current(opts, "strata export").await?;
+            let backends = open_current(opts, wait, "strata export").await?;
             jsonl::export(&backends, &tenant, &session, &output).await
         }
         Command::Context { session, context } => {
-            let backends = open_current(opts, "strata context").await?;
+            let backends = open_current(opts, wait, "strata context").await?;
             let assembled = assembler(&backends)
                 .context(&context.tenant, &session, &context.request())
                 .await?;
-            strata_projector::catch_up(&backends).await?;
+            strata_projector::bring_current(&backends, wait).await?;
             view::print_context(&assembled, context.json)
         }
         Command::Inspect {
@@ -205,7 +221,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tenant,
             json,
         } => {
-            let backends = open_current(opts, "strata inspect").await?;
+            let backends = open_current(opts, wait, "strata inspect").await?;
             let record = backends
                 .store
                 .assembly(&tenant, &assembly)

@@ -54,6 +54,48 @@ fn strata(data_dir: &Path, backends: &[(&str, String)], args: &[&str]) -> Output
     out
 }
 
+/// `strata dev` on the given backends, stopped with SIGTERM when dropped.
+struct Services(std::process::Child);
+
+impl Services {
+    fn start(data_dir: &Path, backends: &[(&str, String)]) -> Services {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("free port")
+            .local_addr()
+            .expect("address")
+            .port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
+        cmd.arg("--data-dir").arg(data_dir);
+        for (k, v) in backends {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("run strata dev");
+        Services(child)
+    }
+}
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -160,6 +202,9 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
     ];
     let mut contexts = Vec::new();
     for (data_dir, backends) in [(&embedded, vec![]), (&distributed, remote)] {
+        // On the shared log, the verbs wait for a projector service rather than project: run
+        // one (`strata dev` runs every service).
+        let services = (!backends.is_empty()).then(|| Services::start(data_dir, &backends));
         strata(data_dir, &backends, &["import", file]);
         let again = strata(data_dir, &backends, &["import", file]);
         assert!(
@@ -173,6 +218,7 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
         );
         let v: Value = serde_json::from_slice(&out.stdout).expect("context --json is JSON");
         contexts.push(v);
+        drop(services);
     }
     assert_eq!(
         contexts[0]["payload"], contexts[1]["payload"],

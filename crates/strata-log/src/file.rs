@@ -165,6 +165,10 @@ impl EventLog for FileLog {
         self.inner.partition_count()
     }
 
+    fn is_embedded(&self) -> bool {
+        true
+    }
+
     async fn append(&self, records: Vec<NewRecord>) -> Result<Vec<Position>> {
         if records.is_empty() {
             return Ok(Vec::new());

@@ -1,5 +1,5 @@
 //! The log on Kafka (`kafka://host:port[,host:port]/topic?partitions=N&replication=R
-//! &dead_letter_topic=T`), through `rdkafka`.
+//! &dead_letter_topic=T&session_timeout_ms=MS`), through `rdkafka`.
 //!
 //! - Producer: idempotent (`enable.idempotence`, `acks=all`), the session id as key and the
 //!   partition chosen explicitly with Kafka's own murmur2 partitioner ([`crate::partition_for`]),
@@ -46,6 +46,9 @@ pub struct KafkaOptions {
     pub replication: i32,
     /// Topic of the dead-letter queue (`?dead_letter_topic=`; default `<topic>.dead-letter`).
     pub dead_letter_topic: String,
+    /// How long a silent group member keeps its partitions (`?session_timeout_ms=`; default:
+    /// librdkafka's, 45 s). A member killed without leaving hands its partitions over after it.
+    pub session_timeout_ms: Option<u32>,
 }
 
 impl KafkaOptions {
@@ -71,6 +74,7 @@ impl KafkaOptions {
             partitions: default_partitions,
             replication: 1,
             dead_letter_topic: format!("{topic}.dead-letter"),
+            session_timeout_ms: None,
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
@@ -90,6 +94,14 @@ impl KafkaOptions {
                 }
                 Some(("dead_letter_topic", v)) if !v.is_empty() && !v.contains('/') => {
                     options.dead_letter_topic = v.to_owned()
+                }
+                Some(("session_timeout_ms", v)) => {
+                    options.session_timeout_ms = Some(
+                        v.parse()
+                            .ok()
+                            .filter(|ms| *ms >= 1000)
+                            .ok_or_else(|| bad("session_timeout_ms must be at least 1000"))?,
+                    )
                 }
                 _ => return Err(bad(&format!("unknown parameter {pair:?}"))),
             }
@@ -419,9 +431,13 @@ impl EventLog for KafkaLog {
     async fn subscribe(&self, group: &str) -> Result<Box<dyn LogConsumer>> {
         let context = GroupContext::default();
         let events = context.events.clone();
-        let consumer: BaseConsumer<GroupContext> = self
-            .options
-            .client_config()
+        let mut config = self.options.client_config();
+        if let Some(ms) = self.options.session_timeout_ms {
+            config
+                .set("session.timeout.ms", ms.to_string())
+                .set("heartbeat.interval.ms", (ms / 3).min(3000).to_string());
+        }
+        let consumer: BaseConsumer<GroupContext> = config
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
@@ -615,6 +631,9 @@ mod tests {
             .unwrap();
         assert_eq!((o.dead_letter_topic.as_str(), o.replication), ("t-dlq", 3));
         assert!(KafkaOptions::from_url("kafka://h:1/t?dead_letter_topic=", 8).is_err());
+        let o = KafkaOptions::from_url("kafka://h:1/t?session_timeout_ms=6000", 8).unwrap();
+        assert_eq!(o.session_timeout_ms, Some(6000));
+        assert!(KafkaOptions::from_url("kafka://h:1/t?session_timeout_ms=10", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://127.0.0.1:9092", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://h:1/t?partitions=0", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://h:1/t?bogus=1", 8).is_err());

@@ -152,6 +152,13 @@ pub trait EventLog: Debug + Send + Sync + 'static {
     /// Checks that the backend is reachable.
     async fn ping(&self) -> Result<()>;
 
+    /// Whether the log lives inside this process (the file log): no other process consumes it,
+    /// so a reader that needs current projections projects them itself instead of waiting for a
+    /// projector service.
+    fn is_embedded(&self) -> bool {
+        false
+    }
+
     /// Sets aside a record that consumer group `group` cannot process, with the reason, in the
     /// log's dead-letter queue (the file log: `DIR/dead-letter/`; Kafka: the topic
     /// `<topic>.dead-letter`). The record keeps its key, headers and bytes; headers
@@ -238,6 +245,9 @@ impl<T: EventLog + ?Sized> EventLog for Arc<T> {
     }
     async fn ping(&self) -> Result<()> {
         (**self).ping().await
+    }
+    fn is_embedded(&self) -> bool {
+        (**self).is_embedded()
     }
     async fn dead_letter(&self, record: &LogRecord, group: &str, reason: &str) -> Result<Position> {
         (**self).dead_letter(record, group, reason).await

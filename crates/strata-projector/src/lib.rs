@@ -35,6 +35,16 @@ pub enum Error {
     Log(#[from] strata_log::Error),
     #[error(transparent)]
     Store(#[from] strata_store::Error),
+    /// The projector group did not reach the end of the log in time.
+    #[error(
+        "the projections did not reach the end of the log within {waited_secs} s (consumer group \
+         {group:?}, {behind} record(s) behind); is strata-projector running?"
+    )]
+    Lagging {
+        group: String,
+        waited_secs: u64,
+        behind: u64,
+    },
     /// A record on the log is not a decodable event (for consumers that cannot set it aside).
     #[error("undecodable record at partition {partition} offset {offset}: {reason}")]
     Undecodable {
@@ -366,6 +376,47 @@ pub async fn catch_up(backends: &Backends) -> Result<u64> {
     let applied = p.catch_up().await?;
     p.consumer.close().await?;
     Ok(applied)
+}
+
+/// Waits until the projector group's offsets in the store reach the log's end as of this call;
+/// returns how many records it is behind when `timeout` passes first (0: caught up).
+pub async fn wait_for_projector(
+    backends: &Backends,
+    group: &str,
+    timeout: Duration,
+) -> Result<u64> {
+    let end = backends.log.end_offsets().await?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let at = backends.store.offsets(group).await?;
+        let behind: u64 = end
+            .iter()
+            .enumerate()
+            .map(|(p, e)| e.saturating_sub(at.get(&(p as u32)).copied().unwrap_or(0)))
+            .sum();
+        if behind == 0 || Instant::now() >= deadline {
+            return Ok(behind);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Brings the projections up to the log's end as of this call, for a reader that needs them
+/// current (the CLI's verbs): on an embedded log it projects itself ([`catch_up`]); on a shared
+/// log it waits, at most `timeout`, for the projector services instead of joining their group.
+pub async fn bring_current(backends: &Backends, timeout: Duration) -> Result<()> {
+    if backends.log.is_embedded() {
+        catch_up(backends).await?;
+        return Ok(());
+    }
+    match wait_for_projector(backends, DEFAULT_GROUP, timeout).await? {
+        0 => Ok(()),
+        behind => Err(Error::Lagging {
+            group: DEFAULT_GROUP.into(),
+            waited_secs: timeout.as_secs(),
+            behind,
+        }),
+    }
 }
 
 /// Decodes a record into an event (shared with other consumers).
