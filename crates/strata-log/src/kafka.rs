@@ -1,5 +1,5 @@
 //! The log on Kafka (`kafka://host:port[,host:port]/topic?partitions=N&replication=R
-//! &dead_letter_topic=T&session_timeout_ms=MS`), through `rdkafka`.
+//! &dead_letter_topic=T&session_timeout_ms=MS&group_instance_id=ID`), through `rdkafka`.
 //!
 //! - Producer: idempotent (`enable.idempotence`, `acks=all`), the session id as key and the
 //!   partition chosen explicitly with Kafka's own murmur2 partitioner ([`crate::partition_for`]),
@@ -49,6 +49,10 @@ pub struct KafkaOptions {
     /// How long a silent group member keeps its partitions (`?session_timeout_ms=`; default:
     /// librdkafka's, 45 s). A member killed without leaving hands its partitions over after it.
     pub session_timeout_ms: Option<u32>,
+    /// Static group membership (`?group_instance_id=`, KIP-345): a member that restarts with
+    /// the same id within the session timeout gets its partitions back without a rebalance.
+    /// Give every process its own (e.g. the pod name of a StatefulSet).
+    pub group_instance_id: Option<String>,
 }
 
 impl KafkaOptions {
@@ -75,6 +79,7 @@ impl KafkaOptions {
             replication: 1,
             dead_letter_topic: format!("{topic}.dead-letter"),
             session_timeout_ms: None,
+            group_instance_id: None,
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
@@ -94,6 +99,9 @@ impl KafkaOptions {
                 }
                 Some(("dead_letter_topic", v)) if !v.is_empty() && !v.contains('/') => {
                     options.dead_letter_topic = v.to_owned()
+                }
+                Some(("group_instance_id", v)) if !v.is_empty() => {
+                    options.group_instance_id = Some(v.to_owned())
                 }
                 Some(("session_timeout_ms", v)) => {
                     options.session_timeout_ms = Some(
@@ -432,6 +440,9 @@ impl EventLog for KafkaLog {
         let context = GroupContext::default();
         let events = context.events.clone();
         let mut config = self.options.client_config();
+        if let Some(id) = &self.options.group_instance_id {
+            config.set("group.instance.id", id);
+        }
         if let Some(ms) = self.options.session_timeout_ms {
             config
                 .set("session.timeout.ms", ms.to_string())
@@ -634,6 +645,8 @@ mod tests {
         let o = KafkaOptions::from_url("kafka://h:1/t?session_timeout_ms=6000", 8).unwrap();
         assert_eq!(o.session_timeout_ms, Some(6000));
         assert!(KafkaOptions::from_url("kafka://h:1/t?session_timeout_ms=10", 8).is_err());
+        let o = KafkaOptions::from_url("kafka://h:1/t?group_instance_id=projector-0", 8).unwrap();
+        assert_eq!(o.group_instance_id.as_deref(), Some("projector-0"));
         assert!(KafkaOptions::from_url("kafka://127.0.0.1:9092", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://h:1/t?partitions=0", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://h:1/t?bogus=1", 8).is_err());
