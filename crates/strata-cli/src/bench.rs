@@ -11,7 +11,7 @@ use strata_ingest::{IngestOptions, Ingestor, Publisher};
 use strata_log::FsyncPolicy;
 use strata_runtime::{BackendOpts, Backends};
 
-const BATCH: usize = 1000;
+pub(crate) const BATCH: usize = 1000;
 const TENANT: &str = "bench";
 
 pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
@@ -250,18 +250,23 @@ async fn raw_figures(events: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
 /// `n` small events (~250 bytes each) spread over sessions of 1,000.
 fn small_events(n: u64) -> impl Iterator<Item = Event> {
-    (0..n).map(|i| {
+    small_events_for(TENANT, n)
+}
+
+/// [`small_events`] of `tenant`.
+pub(crate) fn small_events_for(tenant: &str, n: u64) -> impl Iterator<Item = Event> + '_ {
+    (0..n).map(move |i| {
         let session = format!("small-{}", i / 1000);
         Event::from_json(
             json!({
                 "event_id": format!("ev-{i}"),
-                "tenant_id": TENANT,
+                "tenant_id": tenant,
                 "session_id": session,
                 "timestamp": "2026-06-03T10:00:00Z",
                 "type": "UserPromptSubmitted",

@@ -7,6 +7,7 @@
 //! services (`--projection-wait-secs`) rather than join their consumer group.
 
 mod bench;
+mod bench_distributed;
 mod demo;
 mod dev;
 mod jsonl;
@@ -92,6 +93,8 @@ enum Command {
     },
     /// Measure ingest, projection and assembly on a scratch data directory.
     Bench {
+        #[command(subcommand)]
+        against: Option<BenchCommand>,
         /// Small events appended for the ingest and projector figures.
         #[arg(long, default_value_t = 200_000)]
         events: u64,
@@ -99,6 +102,13 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         assemblies: usize,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Kafka, PostgreSQL and Redis against their raw baselines (servers from flags or
+    /// `scripts/services.sh env`).
+    Distributed(bench_distributed::Servers),
 }
 
 #[derive(Debug, Subcommand)]
@@ -243,6 +253,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{key}");
             Ok(())
         }
-        Command::Bench { events, assemblies } => bench::run(events, assemblies).await,
+        Command::Bench {
+            against: Some(BenchCommand::Distributed(servers)),
+            ..
+        } => bench_distributed::run(servers).await,
+        Command::Bench {
+            against: None,
+            events,
+            assemblies,
+        } => bench::run(events, assemblies).await,
     }
 }

@@ -129,6 +129,111 @@ impl Default for IngestOptions {
     }
 }
 
+/// What this process knows of the log beyond the projections, per partition: the sessions found
+/// there with their highest seq and event ids, up to `scanned_to`. Filled by reading the log on a
+/// hot-state miss and by this process's own appends (when they follow on), so the log is read at
+/// most once per record; entries the projections have caught up with are dropped, and a partition
+/// holding more than [`TailIndex::MAX_IDS`] ids is forgotten (and read again if needed).
+#[derive(Debug, Default)]
+struct TailIndex {
+    partitions: HashMap<u32, PartitionTail>,
+}
+
+#[derive(Debug, Default)]
+struct PartitionTail {
+    scanned_to: u64,
+    ids: usize,
+    sessions: HashMap<(String, String), SessionTail>,
+}
+
+#[derive(Debug, Default)]
+struct SessionTail {
+    seq: u64,
+    last_offset: u64,
+    ids: HashMap<String, u64>,
+}
+
+impl PartitionTail {
+    fn add(&mut self, event: &Event, offset: u64) {
+        let s = self
+            .sessions
+            .entry((event.tenant_id.clone(), event.session_id.clone()))
+            .or_default();
+        let seq = event.seq.unwrap_or(0);
+        s.seq = s.seq.max(seq);
+        s.last_offset = s.last_offset.max(offset);
+        if s.ids.insert(event.event_id.clone(), seq).is_none() {
+            self.ids += 1;
+        }
+    }
+}
+
+impl TailIndex {
+    const MAX_IDS: usize = 200_000;
+
+    fn scanned_to(&self, partition: u32) -> u64 {
+        self.partitions.get(&partition).map_or(0, |p| p.scanned_to)
+    }
+
+    fn session(&self, partition: u32, tenant: &str, session: &str) -> Option<&SessionTail> {
+        self.partitions
+            .get(&partition)?
+            .sessions
+            .get(&(tenant.to_owned(), session.to_owned()))
+    }
+
+    /// Brings the partition's entry up to `end`, reading the records between what is known and
+    /// the end; returns how many it read.
+    async fn catch_up(
+        &mut self,
+        backends: &Backends,
+        partition: u32,
+        projected_to: u64,
+        end: u64,
+    ) -> Result<u64, IngestError> {
+        let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
+        let tail = self.partitions.entry(partition).or_default();
+        tail.sessions.retain(|_, s| s.last_offset >= projected_to);
+        tail.ids = tail.sessions.values().map(|s| s.ids.len()).sum();
+        let mut from = tail.scanned_to.max(projected_to);
+        let start = from;
+        while from < end {
+            let records = backends
+                .log
+                .read(partition, from, 1000)
+                .await
+                .map_err(|e| backend(&e))?;
+            let Some(last) = records.last() else { break };
+            from = last.offset + 1;
+            for r in &records {
+                // Undecodable records are the projector's to set aside; they carry no seq.
+                if let Ok(event) = backends.codec.decode(&r.value) {
+                    tail.add(&event, r.offset);
+                }
+            }
+        }
+        tail.scanned_to = from.max(tail.scanned_to);
+        Ok(from - start)
+    }
+
+    /// Records this process's own appends, when they follow what is known.
+    fn appended<'a>(
+        &mut self,
+        appended: impl Iterator<Item = (&'a Event, &'a strata_log::Position)>,
+    ) {
+        for (event, pos) in appended {
+            let tail = self.partitions.entry(pos.partition).or_default();
+            if tail.scanned_to == pos.offset {
+                tail.add(event, pos.offset);
+                tail.scanned_to = pos.offset + 1;
+            }
+            if tail.ids > Self::MAX_IDS {
+                *tail = PartitionTail::default();
+            }
+        }
+    }
+}
+
 /// A session's head as the hot state had it, or as recovered from the projections and the log.
 #[derive(Debug, Clone, Default)]
 struct Head {
@@ -145,9 +250,10 @@ struct Head {
 pub struct Ingestor {
     backends: Backends,
     options: IngestOptions,
-    /// Serialises seq assignment and append within this process. Across processes the hot
-    /// state's compare-and-set on the session head is what guards `seq`.
-    append_lock: tokio::sync::Mutex<()>,
+    /// Serialises seq assignment and append within this process (across processes the hot
+    /// state's compare-and-set on the session head guards `seq`), and holds what this process
+    /// knows of the log beyond the projections.
+    append_lock: tokio::sync::Mutex<TailIndex>,
 }
 
 impl Ingestor {
@@ -155,7 +261,7 @@ impl Ingestor {
         Self {
             backends,
             options,
-            append_lock: tokio::sync::Mutex::new(()),
+            append_lock: tokio::sync::Mutex::new(TailIndex::default()),
         }
     }
 
@@ -235,7 +341,7 @@ impl Ingestor {
         }
         let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
         let b = &self.backends;
-        let _guard = self.append_lock.lock().await;
+        let mut tail = self.append_lock.lock().await;
 
         // Duplicates: earlier in this batch, in the hot state, or already projected.
         let mut by_tenant: BTreeMap<&str, Vec<String>> = BTreeMap::new();
@@ -280,7 +386,7 @@ impl Ingestor {
         for (e, _) in &events {
             let skey = (e.tenant_id.clone(), e.session_id.clone());
             if let std::collections::hash_map::Entry::Vacant(slot) = heads.entry(skey) {
-                slot.insert(self.head_of(&e.tenant_id, &e.session_id).await?);
+                slot.insert(self.head_of(&mut tail, &e.tenant_id, &e.session_id).await?);
             }
         }
         for (e, _) in &events {
@@ -414,6 +520,7 @@ impl Ingestor {
                 return Err(backend(&e));
             }
         };
+        tail.appended(fresh.iter().map(|(_, e)| e).zip(&positions));
         let mut remembered: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
         for ((slot, event), pos) in fresh.iter().zip(positions) {
             outcomes[*slot].partition = Some(pos.partition);
@@ -460,7 +567,12 @@ impl Ingestor {
     /// offset to the end of the log. The head is the highest seq among them, and the events found
     /// on the log are returned for the duplicate check. A lagging projector can therefore never
     /// make ingest hand out a seq twice.
-    async fn head_of(&self, tenant: &str, session: &str) -> Result<Head, IngestError> {
+    async fn head_of(
+        &self,
+        tail: &mut TailIndex,
+        tenant: &str,
+        session: &str,
+    ) -> Result<Head, IngestError> {
         let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
         let b = &self.backends;
         if let Some(h) = b
@@ -499,35 +611,28 @@ impl Ingestor {
             .get(partition as usize)
             .copied()
             .unwrap_or(0);
-        if end.saturating_sub(projected_to) > self.options.max_head_recovery_records {
+        if end.saturating_sub(projected_to.max(tail.scanned_to(partition)))
+            > self.options.max_head_recovery_records
+        {
             return Err(IngestError::Unavailable(format!(
                 "the head of session {session:?} is not in the hot state and the projections are \
                  {} records behind the log on partition {partition}; retry once the projector \
                  has caught up",
-                end - projected_to
+                end.saturating_sub(projected_to)
             )));
         }
+        let behind = tail.catch_up(b, partition, projected_to, end).await?;
+        if behind > 0 {
+            tracing::debug!(
+                partition,
+                records = behind,
+                "read the log beyond the projections"
+            );
+        }
         let mut unprojected = HashMap::new();
-        let mut from = projected_to;
-        while from < end {
-            let records = b
-                .log
-                .read(partition, from, 1000)
-                .await
-                .map_err(|e| backend(&e))?;
-            let Some(last) = records.last() else { break };
-            from = last.offset + 1;
-            for r in records.iter().filter(|r| r.key == session.as_bytes()) {
-                // Undecodable records are the projector's to set aside; they carry no seq here.
-                let Ok(event) = b.codec.decode(&r.value) else {
-                    continue;
-                };
-                if event.tenant_id == tenant && event.session_id == session {
-                    let event_seq = event.seq.unwrap_or(0);
-                    seq = seq.max(event_seq);
-                    unprojected.insert(event.event_id, event_seq);
-                }
-            }
+        if let Some(known) = tail.session(partition, tenant, session) {
+            seq = seq.max(known.seq);
+            unprojected = known.ids.clone();
         }
         // Seed the hot state so the compare-and-set has something to compare with.
         let cached = if seq > 0 {

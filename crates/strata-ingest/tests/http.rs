@@ -1019,3 +1019,63 @@ async fn other_tenants_cannot_read_a_session() {
     assert_eq!(status, StatusCode::OK, "{resp}");
     assert!(resp.to_string().contains("secret"), "{resp}");
 }
+
+/// The hot state loses every head while the projector lags (a flushed Redis, a restarted
+/// process): ingest reads the log beyond the projections, so no seq is handed out twice and a
+/// re-sent event only the log has is still a duplicate.
+#[tokio::test]
+async fn a_lost_hot_state_is_recovered_from_the_log_not_guessed_from_the_projections() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = Backends::open(&opts(dir.path()), "test").await.unwrap();
+    let event = |n: u32| {
+        json!({"event_id": format!("e{n}"), "tenant_id": "acme", "session_id": "s",
+            "timestamp": "2026-06-03T10:00:00Z", "type": "UserPromptSubmitted",
+            "payload": {"message_id": format!("m{n}"), "text": format!("prompt {n}")}})
+    };
+    let first = Ingestor::new(backends.clone(), IngestOptions::default());
+    first
+        .ingest_json(
+            &strata_ingest::Publisher::Operator,
+            (1..=3).map(event).collect(),
+        )
+        .await
+        .unwrap();
+    strata_projector::catch_up(&backends).await.unwrap();
+    first
+        .ingest_json(
+            &strata_ingest::Publisher::Operator,
+            (4..=5).map(event).collect(),
+        )
+        .await
+        .unwrap();
+    // A new process with an empty hot state; the projections stop at seq 3.
+    let forgetful = Backends::from_parts(
+        backends.log.clone(),
+        backends.store.clone(),
+        Arc::new(strata_hot::MemoryHotState::default()),
+        backends.blobs.clone(),
+        dir.path().to_path_buf(),
+    );
+    let second = Ingestor::new(forgetful, IngestOptions::default());
+    let outcomes = second
+        .ingest_json(
+            &strata_ingest::Publisher::Operator,
+            vec![event(2), event(5), event(6)],
+        )
+        .await
+        .unwrap();
+    let got: Vec<(&str, u64)> = outcomes.iter().map(|o| (o.status, o.seq)).collect();
+    assert_eq!(
+        got,
+        vec![("duplicate", 2), ("duplicate", 5), ("accepted", 6)],
+        "e2 is projected, e5 is only on the log, e6 is next"
+    );
+    strata_projector::catch_up(&backends).await.unwrap();
+    let fold = backends
+        .store
+        .session_fold("acme", "s")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((fold.head_seq, fold.event_count), (6, 6));
+}
