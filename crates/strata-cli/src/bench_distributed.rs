@@ -1,7 +1,8 @@
 //! `strata bench distributed`: the distributed backends against their raw baselines, in one run —
 //! ingest through Strata vs a raw `rdkafka` producer sending the same records to the same broker;
-//! the projector into PostgreSQL vs a raw `COPY` of the rows it wrote; assembly with Redis hot vs
-//! cold (the hot state has nothing: completeness is checked against the log and PostgreSQL).
+//! the projector into PostgreSQL vs a raw `COPY` of the rows it wrote (and vs reading the topic
+//! alone); assembly with Redis hot vs cold (the hot state has nothing: completeness is checked
+//! against the log and PostgreSQL).
 //!
 //! Servers come from flags or the variables `scripts/services.sh env` prints
 //! (`STRATA_TEST_KAFKA_BROKERS`, `STRATA_TEST_POSTGRES_URL`, `STRATA_TEST_REDIS_URL`). Every run
@@ -202,7 +203,33 @@ async fn measure(
         Some(ingest / raw_produce),
     );
 
-    // 2. Project into PostgreSQL, then COPY the rows it wrote into an empty twin.
+    // 2. What the projector reads: the records through a consumer group, alone.
+    let mut consumer = backends
+        .log
+        .subscribe(&format!("bench-read-{run_id}"))
+        .await?;
+    let total: u64 = backends.log.end_offsets().await?.iter().sum();
+    let started = Instant::now();
+    let mut read = 0u64;
+    while read < total {
+        let polled = consumer.poll(2000, Duration::from_millis(200)).await?;
+        for r in &polled.records {
+            std::hint::black_box(codec.decode(&r.value)?);
+        }
+        read += polled.records.len() as u64;
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "reading the topic timed out"
+        );
+    }
+    consumer.close().await?;
+    row(
+        "consume: Kafka → Avro decode, one group member",
+        rate(read, started.elapsed()),
+        None,
+    );
+
+    // Project into PostgreSQL, then COPY the rows it wrote into an empty twin.
     let started = Instant::now();
     let applied = strata_projector::catch_up(&backends).await?;
     let project = rate(applied, started.elapsed());
