@@ -417,3 +417,102 @@ async fn two_projector_processes_split_hand_over_and_lose_nothing() {
     drop_database(&admin, &live_db).await;
     drop_database(&admin, &clean_db).await;
 }
+
+/// On Kafka + PostgreSQL, a projector whose batch fails after its rows are written (as a crash
+/// mid-batch would leave it: nothing committed) is dropped and replaced; the replacement seeks to
+/// the offsets in the store and the projections end equal to a clean run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_failing_mid_batch_on_kafka_is_replaced_without_loss() {
+    let (Some(brokers), Some(admin)) = (
+        required("STRATA_TEST_KAFKA_BROKERS"),
+        required("STRATA_TEST_POSTGRES_URL"),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log_url = format!(
+        "kafka://{brokers}/{}?partitions={PARTITIONS}",
+        unique("midbatch")
+    );
+    let log = strata_log::open(&log_url, FileLogOptions::default())
+        .await
+        .unwrap();
+    let blobs =
+        || BlobStore::open(&format!("file://{}", dir.path().join("blobs").display())).unwrap();
+    let live_db = unique("strata_midbatch");
+    let pg = Arc::new(
+        PgStore::open(&fresh_database(&admin, &live_db).await)
+            .await
+            .unwrap(),
+    );
+    let backends = Backends::from_parts(
+        log.clone(),
+        pg.clone(),
+        Arc::new(strata_hot::MemoryHotState::default()),
+        blobs(),
+        dir.path().to_path_buf(),
+    );
+    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+    ingest(&ingestor, events(0, 240)).await;
+
+    let group = unique("midbatch");
+    let options = || ProjectorOptions {
+        group: group.clone(),
+        batch_size: 25,
+        ..ProjectorOptions::default()
+    };
+    let mut first = Projector::start(backends.clone(), options()).await.unwrap();
+    let mut applied = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while applied < 60 {
+        assert!(Instant::now() < deadline, "no progress");
+        applied += first.step().await.unwrap().applied;
+    }
+    pg.fail_next_commit();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while first.step().await.is_ok() {
+        assert!(Instant::now() < deadline, "the failure never bit");
+    }
+    drop(first);
+    let mut second = Projector::start(backends.clone(), options()).await.unwrap();
+    second.catch_up().await.unwrap();
+    drop(second);
+
+    let clean_db = unique("strata_midbatch_clean");
+    let clean = Arc::new(
+        PgStore::open(&fresh_database(&admin, &clean_db).await)
+            .await
+            .unwrap(),
+    );
+    let clean_backends = Backends::from_parts(
+        log.clone(),
+        clean.clone(),
+        Arc::new(strata_hot::MemoryHotState::default()),
+        blobs(),
+        dir.path().to_path_buf(),
+    );
+    let mut p = Projector::start(
+        clean_backends,
+        ProjectorOptions {
+            group: unique("clean"),
+            ..ProjectorOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    p.catch_up().await.unwrap();
+    drop(p);
+    let without_offsets = |mut print: BTreeMap<String, (u64, String)>| {
+        print.remove("consumer_offsets");
+        print
+    };
+    let live_print = pg.fingerprint().await.unwrap();
+    assert_eq!(live_print["events"].0, 240);
+    assert_eq!(
+        without_offsets(live_print),
+        without_offsets(clean.fingerprint().await.unwrap())
+    );
+    drop((backends, pg, clean));
+    drop_database(&admin, &live_db).await;
+    drop_database(&admin, &clean_db).await;
+}
