@@ -6,9 +6,11 @@
 //! appended before it.
 
 mod bench;
+mod bench_replay;
 mod demo;
 mod dev;
 mod jsonl;
+mod replay;
 mod view;
 
 use std::path::PathBuf;
@@ -79,14 +81,34 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// Replay recorded sessions into a scratch projection set, optionally under another assembly
+    /// policy, and report every model call point. Never writes to the live log or projections.
+    Replay(replay::ReplayArgs),
+    /// Rebuild the projections from the log into a new set, verify it and switch readers to it.
+    Rebuild(replay::RebuildArgs),
     /// Measure ingest, projection and assembly on a scratch data directory.
     Bench {
+        #[command(subcommand)]
+        what: Option<BenchWhat>,
         /// Small events appended for the ingest and projector figures.
         #[arg(long, default_value_t = 200_000)]
         events: u64,
         /// Assemblies timed per session size.
         #[arg(long, default_value_t = 200)]
         assemblies: usize,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchWhat {
+    /// Rebuild and replay figures (with and without a policy change) instead.
+    Replay {
+        /// Events in all.
+        #[arg(long, default_value_t = 200_000)]
+        events: u64,
+        /// Sessions they are spread over.
+        #[arg(long, default_value_t = 200)]
+        sessions: usize,
     },
 }
 
@@ -227,6 +249,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{key}");
             Ok(())
         }
-        Command::Bench { events, assemblies } => bench::run(events, assemblies).await,
+        Command::Replay(args) => replay::replay(opts, &args).await,
+        Command::Rebuild(args) => replay::rebuild(opts, &args).await,
+        Command::Bench {
+            what: Some(BenchWhat::Replay { events, sessions }),
+            ..
+        } => bench_replay::run(events, sessions).await,
+        Command::Bench {
+            what: None,
+            events,
+            assemblies,
+        } => bench::run(events, assemblies).await,
     }
 }
