@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -233,6 +234,16 @@ async fn copy_api_keys(live: &Path, target: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Waits for a batch being written.
+async fn settle(inflight: Option<tokio::task::JoinHandle<strata_store::Result<()>>>) -> Result<()> {
+    match inflight {
+        Some(h) => Ok(h
+            .await
+            .map_err(|e| Error::Invalid(format!("the batch writer failed: {e}")))??),
+        None => Ok(()),
+    }
+}
+
 /// Rebuilds the embedded projections of `data_dir` from `log` (see the module docs). `live` is
 /// the set readers use now (the one [`current_store_file`] names); the caller holds the data
 /// directory lock or runs the live projector in the same process.
@@ -274,7 +285,7 @@ pub async fn rebuild(
         )));
     }
     let path = data_dir.join(&file);
-    let target = SqliteStore::open(&path.display().to_string()).await?;
+    let target = Arc::new(SqliteStore::open(&path.display().to_string()).await?);
     let start = target.offsets(&options.group).await?;
     let mut folder = Folder::new(&options.group, !start.is_empty());
     let head = offsets_of(&log.end_offsets().await?);
@@ -296,16 +307,23 @@ pub async fn rebuild(
         stopped_early: false,
     };
 
-    // Fold to the head, then to wherever the head moved meanwhile.
+    // Fold to the head, then to wherever the head moved meanwhile. One batch is written while
+    // the next is folded (two cores: fold and SQLite each get one); batches commit in order.
+    let mut inflight: Option<tokio::task::JoinHandle<strata_store::Result<()>>> = None;
     loop {
         while let Some(chunk) = reader.next_chunk(log).await? {
-            let stats = folder.fold(&target, &chunk).await?;
+            let stats = folder.fold(target.as_ref(), &chunk).await?;
             report.events += chunk.len() as u64;
             report.applied += stats.applied;
             report.duplicates += stats.duplicates;
             if folder.pending >= options.batch_events {
-                folder.flush(&target).await?;
+                settle(inflight.take()).await?;
+                if let Some(batch) = folder.take_batch() {
+                    let t = target.clone();
+                    inflight = Some(tokio::spawn(async move { t.commit_batch(batch).await }));
+                }
                 if options.stop_after.is_some_and(|n| report.events >= n) {
+                    settle(inflight.take()).await?;
                     report.stopped_early = true;
                     report.fold_secs = ticker.elapsed().as_secs_f64();
                     return Ok(report);
@@ -313,7 +331,8 @@ pub async fn rebuild(
             }
             ticker.tick(report.events, total, folder.sessions().count() as u64, 0);
         }
-        folder.flush(&target).await?;
+        settle(inflight.take()).await?;
+        folder.flush(target.as_ref()).await?;
         let head = offsets_of(&log.end_offsets().await?);
         reader.extend_to(&head);
         if reader.remaining() == 0 {
@@ -350,12 +369,12 @@ pub async fn rebuild(
             to.extend(live_offsets.iter().map(|(p, o)| (*p, *o)));
             reader.extend_to(&to);
             while let Some(chunk) = reader.next_chunk(log).await? {
-                let stats = folder.fold(&target, &chunk).await?;
+                let stats = folder.fold(target.as_ref(), &chunk).await?;
                 report.events += chunk.len() as u64;
                 report.applied += stats.applied;
                 report.duplicates += stats.duplicates;
             }
-            folder.flush(&target).await?;
+            folder.flush(target.as_ref()).await?;
             continue;
         }
         let mut tenants = tenants_of(&path).await?;
@@ -364,7 +383,7 @@ pub async fn rebuild(
                 .await
                 .unwrap_or_default(),
         );
-        let v = compare(live, &target, &tenants).await?;
+        let v = compare(live, target.as_ref(), &tenants).await?;
         if live.offsets(&options.group).await? == live_offsets {
             break v;
         }

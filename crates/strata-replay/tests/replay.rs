@@ -108,3 +108,39 @@ async fn replay_without_a_policy_change_reproduces_the_default_and_reads_jsonl_e
     .unwrap();
     assert_eq!(none.sessions, 0);
 }
+
+#[tokio::test]
+async fn the_default_policy_is_byte_identical_to_assemble_and_the_tight_one_differs() {
+    use strata_core::assembly::{assemble, assemble_with_policy, AssemblyRequest};
+    use strata_core::tokens::O200k;
+    let dir = tempfile::tempdir().unwrap();
+    let live = common::populate(dir.path(), 1, 300).await;
+    let snapshot = live
+        .store
+        .snapshot(common::TENANT, "sess-0000", "main", None, 256)
+        .await
+        .unwrap()
+        .unwrap();
+    let request = AssemblyRequest {
+        budget: Some(6000),
+        ..AssemblyRequest::default()
+    };
+    let plain = assemble(&snapshot, &request, &O200k);
+    let default = assemble_with_policy(&snapshot, &request, &AssemblyPolicy::default(), &O200k);
+    assert_eq!(plain, default);
+    assert_eq!(
+        serde_json::to_vec(&plain.payload).unwrap(),
+        serde_json::to_vec(&default.payload).unwrap()
+    );
+    let tight = AssemblyPolicy::by_version(POLICY_VERSION_TIGHT).unwrap();
+    let other = assemble_with_policy(&snapshot, &request, &tight, &O200k);
+    assert_eq!(other.assembly.policy_version, POLICY_VERSION_TIGHT);
+    assert_ne!(other.assembly.assembly_id, plain.assembly.assembly_id);
+    assert!(other.assembly.budget_tokens == 4500);
+    assert!(other.assembly.context_tokens <= plain.assembly.context_tokens);
+    assert!(!other
+        .assembly
+        .included
+        .iter()
+        .any(|s| s.kind == "turn_digest"));
+}
