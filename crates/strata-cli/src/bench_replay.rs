@@ -6,8 +6,11 @@ use strata_core::assembly::{AssemblyPolicy, POLICY_VERSION_TIGHT};
 use strata_ingest::{IngestOptions, Ingestor, Publisher};
 use strata_log::FsyncPolicy;
 use strata_replay::rebuild::{self, RebuildOptions};
-use strata_replay::replay::{ReplayOptions, ReplaySource};
+use strata_replay::replay::{ReplayOptions, ReplaySource, Selection};
 use strata_runtime::{BackendOpts, Backends};
+
+/// Sessions replayed by the bench.
+const REPLAY_SESSIONS: usize = 10;
 
 pub(crate) async fn run(events: u64, sessions: usize) -> anyhow::Result<()> {
     let sessions = sessions.max(1);
@@ -72,10 +75,19 @@ pub(crate) async fn run(events: u64, sessions: usize) -> anyhow::Result<()> {
         report.verify_secs
     );
 
+    // Replay assembles at every model call point (about one event in three): a subset of the
+    // sessions keeps the run short.
+    let replayed: Vec<String> = (0..sessions.min(REPLAY_SESSIONS))
+        .map(|s| format!("sess-{s:04}"))
+        .collect();
     for policy in [None, AssemblyPolicy::by_version(POLICY_VERSION_TIGHT)] {
         let r = strata_replay::replay(
             ReplaySource::Log(backends.log.as_ref()),
             &ReplayOptions {
+                selection: Selection {
+                    sessions: replayed.clone(),
+                    ..Selection::default()
+                },
                 policy,
                 budget: Some(8000),
                 ..ReplayOptions::default()
@@ -86,7 +98,8 @@ pub(crate) async fn run(events: u64, sessions: usize) -> anyhow::Result<()> {
         println!(
             "{:<60} {:>10.0} ev/s",
             format!(
-                "replay, {} ({} call points)",
+                "replay of {} sessions, {} ({} call points)",
+                r.sessions,
                 match policy {
                     Some(p) => format!("recorded vs {}", p.version),
                     None => "recorded policy only".into(),
