@@ -84,6 +84,15 @@ enum Command {
     /// Replay recorded sessions into a scratch projection set, optionally under another assembly
     /// policy, and report every model call point. Never writes to the live log or projections.
     Replay(replay::ReplayArgs),
+    /// Copy what is new on the log into Avro files in blob storage, with a manifest.
+    Archive {
+        /// Most records per file.
+        #[arg(long, default_value_t = 50_000)]
+        max_records: usize,
+        /// Print a JSON summary.
+        #[arg(long)]
+        json: bool,
+    },
     /// Rebuild the projections from the log into a new set, verify it and switch readers to it.
     Rebuild(replay::RebuildArgs),
     /// Measure ingest, projection and assembly on a scratch data directory.
@@ -251,6 +260,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Replay(args) => replay::replay(opts, &args).await,
         Command::Rebuild(args) => replay::rebuild(opts, &args).await,
+        Command::Archive { max_records, json } => replay::archive(opts, max_records, json).await,
         Command::Bench {
             what: Some(BenchWhat::Replay { events, sessions }),
             ..

@@ -31,6 +31,9 @@ pub(crate) struct ReplayArgs {
     /// Replay the events of a JSONL file instead of the log.
     #[arg(long)]
     events: Option<PathBuf>,
+    /// Replay the log archive in blob storage (`strata archive`) instead of the log.
+    #[arg(long, conflicts_with = "events")]
+    from_archive: bool,
     /// Assembly policy version to compare with the recorded one (e.g. strata.assembly/2-tight).
     #[arg(long)]
     policy: Option<String>,
@@ -163,6 +166,20 @@ pub(crate) async fn replay(opts: &BackendOpts, args: &ReplayArgs) -> anyhow::Res
     let report = match &args.events {
         Some(file) => {
             let events = read_jsonl(file)?;
+            strata_replay::replay(ReplaySource::Events(events), &options, progress).await?
+        }
+        None if args.from_archive => {
+            let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
+            let codec = strata_codec::AvroCodec::new();
+            let mut events = Vec::new();
+            for r in strata_replay::archive::read_all(&blobs).await? {
+                events.push(codec.decode(&r.value).with_context(|| {
+                    format!(
+                        "archived record p{} o{} does not decode",
+                        r.partition, r.offset
+                    )
+                })?);
+            }
             strata_replay::replay(ReplaySource::Events(events), &options, progress).await?
         }
         None => {
@@ -335,6 +352,29 @@ pub(crate) async fn rebuild(opts: &BackendOpts, args: &RebuildArgs) -> anyhow::R
         );
     } else {
         println!("readers not switched (--no-switch); run again to switch");
+    }
+    Ok(())
+}
+
+/// `strata archive`: copies what is new on the log into the archive in blob storage.
+pub(crate) async fn archive(
+    opts: &BackendOpts,
+    max_records: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (log, _lock) = open_log(opts, "strata archive").await?;
+    let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
+    let report = strata_replay::archive::archive(log.as_ref(), &blobs, max_records).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "archived {} records in {} files to {}; archive ends at {:?}",
+            report.records,
+            report.files,
+            blobs.name(),
+            report.ends
+        );
     }
     Ok(())
 }

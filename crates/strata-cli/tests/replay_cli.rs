@@ -93,6 +93,30 @@ fn replay_changes_nothing_live_and_rebuild_switches_readers() {
     );
     assert_eq!(files(&data), before, "replay wrote into the data directory");
 
+    // The archive replays like the log.
+    let out = ok(&data, &["archive"]);
+    assert!(out.contains("archived"), "{out}");
+    let before = files(&data);
+    let from_archive = ok(
+        &data,
+        &[
+            "replay",
+            "--from-archive",
+            "--policy",
+            "strata.assembly/2-tight",
+            "--budget",
+            "4000",
+            "--json",
+        ],
+    );
+    let from_archive: serde_json::Value = serde_json::from_str(&from_archive).expect("json");
+    assert_eq!(from_archive["call_points"], summary["call_points"]);
+    assert_eq!(
+        from_archive["candidate_tokens"],
+        summary["candidate_tokens"]
+    );
+    assert_eq!(files(&data), before, "replay wrote into the data directory");
+
     // An unknown policy is refused, naming the known ones.
     let bad = strata(&data, &["replay", "--policy", "nope"]);
     assert!(!bad.status.success());

@@ -13,6 +13,7 @@
 
 use std::path::PathBuf;
 
+pub mod archive;
 mod fold;
 pub mod rebuild;
 pub mod replay;
