@@ -64,6 +64,14 @@ pub(crate) async fn run(events: u64, sessions: usize) -> anyhow::Result<()> {
         "{:<60} {:>10.0} ev/s",
         "rebuild: file log → new SQLite set (fold + write)", report.events_per_sec
     );
+    println!(
+        "{:<60} {:>14}",
+        "  split: read+decode / fold / wait for writes (s)",
+        format!(
+            "{:.2} / {:.2} / {:.2}",
+            report.read_secs, report.apply_secs, report.write_wait_secs
+        )
+    );
     let v = report.verification.unwrap_or_default();
     println!(
         "{:<60} {:>11.2} s",

@@ -77,6 +77,12 @@ pub struct RebuildReport {
     pub fold_secs: f64,
     /// `events / fold_secs`.
     pub events_per_sec: f64,
+    /// Of `fold_secs`: reading and decoding the log.
+    pub read_secs: f64,
+    /// Of `fold_secs`: folding (the core's `apply`, token counting included).
+    pub apply_secs: f64,
+    /// Of `fold_secs`: waiting for the previous batch's write to finish.
+    pub write_wait_secs: f64,
     /// Seconds spent verifying.
     pub verify_secs: f64,
     /// The verification; `None` when the run stopped early.
@@ -301,6 +307,9 @@ pub async fn rebuild(
         duplicates: 0,
         fold_secs: 0.0,
         events_per_sec: 0.0,
+        read_secs: 0.0,
+        apply_secs: 0.0,
+        write_wait_secs: 0.0,
         verify_secs: 0.0,
         verification: None,
         switched: false,
@@ -311,13 +320,22 @@ pub async fn rebuild(
     // the next is folded (two cores: fold and SQLite each get one); batches commit in order.
     let mut inflight: Option<tokio::task::JoinHandle<strata_store::Result<()>>> = None;
     loop {
-        while let Some(chunk) = reader.next_chunk(log).await? {
+        loop {
+            let t = Instant::now();
+            let Some(chunk) = reader.next_chunk(log).await? else {
+                break;
+            };
+            report.read_secs += t.elapsed().as_secs_f64();
+            let t = Instant::now();
             let stats = folder.fold(target.as_ref(), &chunk).await?;
+            report.apply_secs += t.elapsed().as_secs_f64();
             report.events += chunk.len() as u64;
             report.applied += stats.applied;
             report.duplicates += stats.duplicates;
             if folder.pending >= options.batch_events {
+                let t = Instant::now();
                 settle(inflight.take()).await?;
+                report.write_wait_secs += t.elapsed().as_secs_f64();
                 if let Some(batch) = folder.take_batch() {
                     let t = target.clone();
                     inflight = Some(tokio::spawn(async move { t.commit_batch(batch).await }));
@@ -331,8 +349,10 @@ pub async fn rebuild(
             }
             ticker.tick(report.events, total, folder.sessions().count() as u64, 0);
         }
+        let t = Instant::now();
         settle(inflight.take()).await?;
         folder.flush(target.as_ref()).await?;
+        report.write_wait_secs += t.elapsed().as_secs_f64();
         let head = offsets_of(&log.end_offsets().await?);
         reader.extend_to(&head);
         if reader.remaining() == 0 {
