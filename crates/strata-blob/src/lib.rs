@@ -269,6 +269,27 @@ impl BlobStore {
         Ok(Some(bytes))
     }
 
+    /// Writes (or overwrites) an object at `path` (`/`-separated, e.g. `archive/p0/…`). For
+    /// data that is not content-addressed: the log archive and its manifest.
+    pub async fn put_object(&self, path: &str, bytes: Bytes) -> Result<()> {
+        let path = Path::parse(path).map_err(|e| Error::InvalidId(format!("{path}: {e}")))?;
+        self.store
+            .put(&path, PutPayload::from(bytes))
+            .await
+            .map_err(|e| self.error("put", e))?;
+        Ok(())
+    }
+
+    /// The bytes of an object written by [`BlobStore::put_object`]; `None` when absent.
+    pub async fn get_object(&self, path: &str) -> Result<Option<Bytes>> {
+        let path = Path::parse(path).map_err(|e| Error::InvalidId(format!("{path}: {e}")))?;
+        match self.store.get(&path).await {
+            Ok(r) => Ok(Some(r.bytes().await.map_err(|e| self.error("get", e))?)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error("get", e)),
+        }
+    }
+
     /// Checks that the backend answers (on S3: that the bucket exists and the credentials may
     /// list it).
     pub async fn ping(&self) -> Result<()> {

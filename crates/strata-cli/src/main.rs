@@ -8,9 +8,11 @@
 
 mod bench;
 mod bench_distributed;
+mod bench_replay;
 mod demo;
 mod dev;
 mod jsonl;
+mod replay;
 mod view;
 
 use std::path::PathBuf;
@@ -91,10 +93,24 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// Replay recorded sessions into a scratch projection set, optionally under another assembly
+    /// policy, and report every model call point. Never writes to the live log or projections.
+    Replay(replay::ReplayArgs),
+    /// Copy what is new on the log into Avro files in blob storage, with a manifest.
+    Archive {
+        /// Most records per file.
+        #[arg(long, default_value_t = 50_000)]
+        max_records: usize,
+        /// Print a JSON summary.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the projections from the log into a new set, verify it and switch readers to it.
+    Rebuild(replay::RebuildArgs),
     /// Measure ingest, projection and assembly on a scratch data directory.
     Bench {
         #[command(subcommand)]
-        against: Option<BenchCommand>,
+        what: Option<BenchWhat>,
         /// Small events appended for the ingest and projector figures.
         #[arg(long, default_value_t = 200_000)]
         events: u64,
@@ -105,10 +121,19 @@ enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-enum BenchCommand {
+enum BenchWhat {
     /// Kafka, PostgreSQL and Redis against their raw baselines (servers from flags or
-    /// `scripts/services.sh env`).
+    /// `scripts/services.sh env`) instead.
     Distributed(bench_distributed::Servers),
+    /// Rebuild and replay figures (with and without a policy change) instead.
+    Replay {
+        /// Events in all.
+        #[arg(long, default_value_t = 200_000)]
+        events: u64,
+        /// Sessions they are spread over.
+        #[arg(long, default_value_t = 200)]
+        sessions: usize,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -253,12 +278,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{key}");
             Ok(())
         }
+        Command::Replay(args) => replay::replay(opts, &args).await,
+        Command::Rebuild(args) => replay::rebuild(opts, &args).await,
+        Command::Archive { max_records, json } => replay::archive(opts, max_records, json).await,
         Command::Bench {
-            against: Some(BenchCommand::Distributed(servers)),
+            what: Some(BenchWhat::Replay { events, sessions }),
+            ..
+        } => bench_replay::run(events, sessions).await,
+        Command::Bench {
+            what: Some(BenchWhat::Distributed(servers)),
             ..
         } => bench_distributed::run(servers).await,
         Command::Bench {
-            against: None,
+            what: None,
             events,
             assemblies,
         } => bench::run(events, assemblies).await,

@@ -24,6 +24,56 @@ use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS}
 
 /// Version of the assembly policy; recorded in every assembly, part of its identity.
 pub const POLICY_VERSION: &str = "strata.assembly/1";
+/// A second policy, selectable for replays ("what if"): tighter budget tiers. It spends at most
+/// three quarters of the budget, keeps two completed turns verbatim instead of the request's
+/// count, and sends no P3 digests of older turns.
+pub const POLICY_VERSION_TIGHT: &str = "strata.assembly/2-tight";
+
+/// An assembly policy, chosen by version. [`AssemblyPolicy::default`] is [`POLICY_VERSION`]
+/// and assembles exactly what [`assemble`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssemblyPolicy {
+    /// The version recorded in the assembly.
+    pub version: &'static str,
+    /// Share of the budget the policy spends, in percent.
+    pub budget_percent: u64,
+    /// Most completed turns kept verbatim (the request's count when lower).
+    pub max_verbatim_turns: Option<usize>,
+    /// Whether older turns are sent as P3 digests.
+    pub digests: bool,
+}
+
+impl Default for AssemblyPolicy {
+    fn default() -> Self {
+        Self {
+            version: POLICY_VERSION,
+            budget_percent: 100,
+            max_verbatim_turns: None,
+            digests: true,
+        }
+    }
+}
+
+impl AssemblyPolicy {
+    /// Every known policy, default first.
+    pub fn all() -> [AssemblyPolicy; 2] {
+        [
+            AssemblyPolicy::default(),
+            AssemblyPolicy {
+                version: POLICY_VERSION_TIGHT,
+                budget_percent: 75,
+                max_verbatim_turns: Some(2),
+                digests: false,
+            },
+        ]
+    }
+
+    /// The policy of a version, if known.
+    pub fn by_version(version: &str) -> Option<AssemblyPolicy> {
+        Self::all().into_iter().find(|p| p.version == version)
+    }
+}
+
 /// Version of the assembler code.
 pub const ASSEMBLER_VERSION: &str = concat!("strata-assembler/", env!("CARGO_PKG_VERSION"));
 
@@ -303,6 +353,29 @@ pub fn assemble(
     request: &AssemblyRequest,
     tokens: &dyn TokenCounter,
 ) -> Assembled {
+    assemble_with_policy(snapshot, request, &AssemblyPolicy::default(), tokens)
+}
+
+/// [`assemble`] under a chosen policy.
+pub fn assemble_with_policy(
+    snapshot: &Snapshot,
+    request: &AssemblyRequest,
+    policy: &AssemblyPolicy,
+    tokens: &dyn TokenCounter,
+) -> Assembled {
+    let adjusted;
+    let request = if policy
+        .max_verbatim_turns
+        .is_some_and(|m| m < request.verbatim_turns)
+    {
+        adjusted = AssemblyRequest {
+            verbatim_turns: policy.max_verbatim_turns.unwrap_or(request.verbatim_turns),
+            ..request.clone()
+        };
+        &adjusted
+    } else {
+        request
+    };
     let window_budget = u64::from(snapshot.context_window_tokens)
         .saturating_sub(snapshot.reserved_output_tokens.into());
     let budget = match request.budget {
@@ -310,6 +383,11 @@ pub fn assemble(
         Some(b) => b,
         None if window_budget > 0 => window_budget,
         None => 128_000,
+    };
+    let budget = if policy.budget_percent < 100 {
+        budget * policy.budget_percent / 100
+    } else {
+        budget
     };
 
     let mut units: Vec<Unit> = Vec::new();
@@ -563,7 +641,7 @@ pub fn assemble(
 
     // Digests of older turns, newest first, until the budget is spent; the rest are counted as
     // omitted without being rendered (their size estimated from the stored token counts).
-    let mut digests_closed = false;
+    let mut digests_closed = !policy.digests;
     for (age, turn) in completed.iter().enumerate().skip(verbatim_count) {
         if !digests_closed {
             let unit = render_turn(age, turn);
@@ -627,7 +705,7 @@ pub fn assemble(
         snapshot.branch_id,
         snapshot.participant_id,
         request.provider.as_str(),
-        POLICY_VERSION,
+        policy.version,
         budget,
     );
     let assembly_id = format!("asm_{}", &crate::sha256_hex(identity.as_bytes())[..24]);
@@ -641,7 +719,7 @@ pub fn assemble(
             participant_id: snapshot.participant_id.clone(),
             provider: request.provider,
             model: snapshot.model.clone(),
-            policy_version: POLICY_VERSION.into(),
+            policy_version: policy.version.into(),
             assembler_version: ASSEMBLER_VERSION.into(),
             tokenizer: tokens.name().into(),
             snapshot_seq: snapshot.head_seq,

@@ -103,10 +103,15 @@ impl BackendOpts {
             .unwrap_or_else(|| format!("file://{}", self.under("log")))
     }
 
+    /// The projection store URL; on the embedded default, the projection set that
+    /// [`STORE_POINTER`] names (`strata rebuild` switches it).
     pub fn db_url(&self) -> String {
-        self.db_url
-            .clone()
-            .unwrap_or_else(|| format!("sqlite://{}", self.under("strata.db")))
+        self.db_url.clone().unwrap_or_else(|| {
+            format!(
+                "sqlite://{}",
+                self.under(&current_store_file(&self.data_dir))
+            )
+        })
     }
 
     pub fn hot_url(&self) -> String {
@@ -124,6 +129,33 @@ impl BackendOpts {
         let embedded = |u: &str| u.starts_with("file://") || u.starts_with("sqlite://");
         embedded(&self.log_url()) || embedded(&self.db_url()) || embedded(&self.blob_url())
     }
+}
+
+/// File of the data directory naming the embedded projection set readers open (one line, a file
+/// name in the data directory). Absent: [`DEFAULT_STORE_FILE`]. Written atomically (rename) by
+/// `strata rebuild` when it switches readers to a rebuilt set.
+pub const STORE_POINTER: &str = "store.current";
+/// The embedded projection set of a data directory that was never rebuilt.
+pub const DEFAULT_STORE_FILE: &str = "strata.db";
+
+/// The file name of the data directory's current embedded projection set.
+pub fn current_store_file(data_dir: &Path) -> String {
+    match std::fs::read_to_string(data_dir.join(STORE_POINTER)) {
+        Ok(s) if is_store_file_name(s.trim()) => s.trim().to_owned(),
+        Ok(s) => {
+            tracing::error!(pointer = %s.trim(), "ignoring an invalid store pointer");
+            DEFAULT_STORE_FILE.to_owned()
+        }
+        Err(_) => DEFAULT_STORE_FILE.to_owned(),
+    }
+}
+
+/// Whether `name` is a plain file name a pointer may hold (no directory part).
+fn is_store_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.ends_with(".db")
+        && !name.contains(['/', '\\'])
+        && !name.starts_with('.')
 }
 
 /// The four backends of a Strata process, plus the wire codec.

@@ -1,0 +1,128 @@
+//! `strata bench replay`: rebuild and replay figures from one run on a scratch data directory.
+
+use std::time::Instant;
+
+use strata_core::assembly::{AssemblyPolicy, POLICY_VERSION_TIGHT};
+use strata_ingest::{IngestOptions, Ingestor, Publisher};
+use strata_log::FsyncPolicy;
+use strata_replay::rebuild::{self, RebuildOptions};
+use strata_replay::replay::{ReplayOptions, ReplaySource, Selection};
+use strata_runtime::{BackendOpts, Backends};
+
+/// Sessions replayed by the bench.
+const REPLAY_SESSIONS: usize = 10;
+
+pub(crate) async fn run(events: u64, sessions: usize) -> anyhow::Result<()> {
+    let sessions = sessions.max(1);
+    let per = (events / sessions as u64).max(10);
+    println!(
+        "strata bench replay: {sessions} sessions of ~{per} events (coding agent: prompts, model \
+         responses with tool calls, outputs, file writes, a fork)"
+    );
+    println!(
+        "machine: {} cores; release build recommended",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
+    let dir = tempfile::tempdir()?;
+    let opts = BackendOpts {
+        fsync: FsyncPolicy::Never,
+        ..BackendOpts::embedded(dir.path())
+    };
+    let backends = Backends::open(&opts, "strata bench replay").await?;
+    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+    let all = strata_replay::workload::sessions("bench", sessions, per);
+    let n = all.len() as u64;
+    for chunk in all.chunks(1000) {
+        ingestor
+            .ingest(
+                &Publisher::Operator,
+                chunk.iter().cloned().map(|e| (e, None)).collect(),
+            )
+            .await?;
+    }
+    println!();
+    println!("{:<60} {:>14}", "measure", "result");
+    let started = Instant::now();
+    strata_projector::catch_up(&backends).await?;
+    println!(
+        "{:<60} {:>10.0} ev/s",
+        format!("live projector: file log → SQLite ({n} events)"),
+        n as f64 / started.elapsed().as_secs_f64()
+    );
+
+    let report = rebuild::rebuild(
+        dir.path(),
+        backends.log.as_ref(),
+        backends.store.as_ref(),
+        &RebuildOptions::default(),
+        None,
+    )
+    .await?;
+    println!(
+        "{:<60} {:>10.0} ev/s",
+        "rebuild: file log → new SQLite set (fold + write)", report.events_per_sec
+    );
+    println!(
+        "{:<60} {:>14}",
+        "  split: read+decode / fold / wait for writes (s)",
+        format!(
+            "{:.2} / {:.2} / {:.2}",
+            report.read_secs, report.apply_secs, report.write_wait_secs
+        )
+    );
+    let v = report.verification.unwrap_or_default();
+    println!(
+        "{:<60} {:>11.2} s",
+        format!(
+            "rebuild verification ({} tables, {} sessions)",
+            v.tables.len(),
+            v.sessions
+        ),
+        report.verify_secs
+    );
+
+    // Replay assembles at every model call point (about one event in three): a subset of the
+    // sessions keeps the run short.
+    let replayed: Vec<String> = (0..sessions.min(REPLAY_SESSIONS))
+        .map(|s| format!("sess-{s:04}"))
+        .collect();
+    for policy in [None, AssemblyPolicy::by_version(POLICY_VERSION_TIGHT)] {
+        let r = strata_replay::replay(
+            ReplaySource::Log(backends.log.as_ref()),
+            &ReplayOptions {
+                selection: Selection {
+                    sessions: replayed.clone(),
+                    ..Selection::default()
+                },
+                policy,
+                budget: Some(8000),
+                ..ReplayOptions::default()
+            },
+            None,
+        )
+        .await?;
+        println!(
+            "{:<60} {:>10.0} ev/s",
+            format!(
+                "replay of {} sessions, {} ({} call points)",
+                r.sessions,
+                match policy {
+                    Some(p) => format!("recorded vs {}", p.version),
+                    None => "recorded policy only".into(),
+                },
+                r.call_points
+            ),
+            r.events_per_sec
+        );
+        if let Some(t) = r.candidate_tokens {
+            println!(
+                "{:<60} {:>14}",
+                "  tokens: recorded → candidate",
+                format!("{} → {}", r.recorded_tokens, t)
+            );
+        }
+    }
+    Ok(())
+}

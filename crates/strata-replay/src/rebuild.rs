@@ -1,0 +1,433 @@
+//! `strata rebuild` on the embedded default: the log from offset 0 into a new projection set
+//! (`strata.gen-N.db` beside `strata.db`), verified against the live set at the same offsets, then
+//! made current by rewriting the data directory's store pointer
+//! ([`strata_runtime::STORE_POINTER`]) with an atomic rename. The old set stays until
+//! [`drop_generation`].
+//!
+//! While a rebuild is under way, `rebuild.state` names its set; a rebuild started after a crash
+//! resumes there, from the offsets the set committed with its last batch.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Connection, Row};
+use strata_log::EventLog;
+use strata_runtime::{current_store_file, DEFAULT_STORE_FILE, STORE_POINTER};
+use strata_store::sqlite::SqliteStore;
+use strata_store::{Offsets, ProjectionStore};
+
+use crate::fold::Folder;
+use crate::source::{offsets_of, LogReader, Progress, Ticker};
+use crate::verify::{compare, Verification};
+use crate::{io_err, Error, Result};
+
+/// The file naming the rebuild under way.
+pub const STATE_FILE: &str = "rebuild.state";
+/// The consumer group whose offsets the projections carry (the projector's).
+pub const PROJECTOR_GROUP: &str = "strata-projector";
+
+/// Options of a rebuild.
+#[derive(Debug, Clone)]
+pub struct RebuildOptions {
+    /// Consumer group whose offsets the new set carries (the live projector's).
+    pub group: String,
+    /// Events folded per store transaction.
+    pub batch_events: usize,
+    /// Switch readers when verification passes.
+    pub switch: bool,
+    /// Longest wait for the live set to reach the rebuilt offsets and hold still.
+    pub verify_timeout: Duration,
+    /// Test support: stop (as a crash would) once this many events were committed in this run.
+    pub stop_after: Option<u64>,
+}
+
+impl Default for RebuildOptions {
+    fn default() -> Self {
+        Self {
+            group: PROJECTOR_GROUP.into(),
+            batch_events: 20_000,
+            switch: true,
+            verify_timeout: Duration::from_secs(30),
+            stop_after: None,
+        }
+    }
+}
+
+/// What a rebuild did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RebuildReport {
+    /// The rebuilt set's file in the data directory.
+    pub file: String,
+    /// The set readers used before.
+    pub previous: String,
+    /// Whether this run resumed an interrupted rebuild.
+    pub resumed: bool,
+    /// Events read from the log by this run.
+    pub events: u64,
+    /// Of which folded.
+    pub applied: u64,
+    /// Of which skipped as already projected (re-sent records).
+    pub duplicates: u64,
+    /// Seconds spent folding and writing (before verification).
+    pub fold_secs: f64,
+    /// `events / fold_secs`.
+    pub events_per_sec: f64,
+    /// Of `fold_secs`: reading and decoding the log.
+    pub read_secs: f64,
+    /// Of `fold_secs`: folding (the core's `apply`, token counting included).
+    pub apply_secs: f64,
+    /// Of `fold_secs`: waiting for the previous batch's write to finish.
+    pub write_wait_secs: f64,
+    /// Seconds spent verifying.
+    pub verify_secs: f64,
+    /// The verification; `None` when the run stopped early.
+    pub verification: Option<Verification>,
+    /// Whether readers now use the rebuilt set.
+    pub switched: bool,
+    /// Whether the run stopped early ([`RebuildOptions::stop_after`]).
+    pub stopped_early: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct State {
+    file: String,
+}
+
+/// A projection set of a data directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Generation {
+    /// Its file in the data directory.
+    pub file: String,
+    /// Its number (1 for `strata.db`).
+    pub number: u64,
+    /// Whether readers use it.
+    pub current: bool,
+    /// Whether a rebuild is writing it.
+    pub in_progress: bool,
+}
+
+fn generation_number(file: &str) -> Option<u64> {
+    if file == DEFAULT_STORE_FILE {
+        return Some(1);
+    }
+    file.strip_prefix("strata.gen-")?
+        .strip_suffix(".db")?
+        .parse()
+        .ok()
+}
+
+fn generation_file(n: u64) -> String {
+    if n == 1 {
+        DEFAULT_STORE_FILE.into()
+    } else {
+        format!("strata.gen-{n}.db")
+    }
+}
+
+fn read_state(data_dir: &Path) -> Result<Option<State>> {
+    let path = data_dir.join(STATE_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::Invalid(format!("corrupt {}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(path)(e)),
+    }
+}
+
+/// Writes `bytes` to `data_dir/name` atomically: a temporary file, fsynced, renamed over.
+fn write_atomic(data_dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = data_dir.join(format!(".{name}.tmp"));
+    let path = data_dir.join(name);
+    let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
+    f.write_all(bytes).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    if let Ok(dir) = std::fs::File::open(data_dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+/// The projection sets of a data directory, oldest first.
+pub fn generations(data_dir: &Path) -> Result<Vec<Generation>> {
+    let current = current_store_file(data_dir);
+    let in_progress = read_state(data_dir)?.map(|s| s.file);
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(data_dir).map_err(io_err(data_dir))? {
+        let entry = entry.map_err(io_err(data_dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(number) = generation_number(&name) {
+            out.push(Generation {
+                current: name == current,
+                in_progress: in_progress.as_deref() == Some(name.as_str()),
+                file: name,
+                number,
+            });
+        }
+    }
+    out.sort_by_key(|g| g.number);
+    Ok(out)
+}
+
+/// Deletes a projection set that readers no longer use (with its WAL files).
+pub fn drop_generation(data_dir: &Path, file: &str) -> Result<()> {
+    if generation_number(file).is_none() {
+        return Err(Error::Invalid(format!(
+            "{file:?} is not a projection set (strata.db or strata.gen-N.db)"
+        )));
+    }
+    if current_store_file(data_dir) == file {
+        return Err(Error::Invalid(format!(
+            "{file} is the current projection set: readers use it"
+        )));
+    }
+    if read_state(data_dir)?.is_some_and(|s| s.file == file) {
+        return Err(Error::Invalid(format!(
+            "{file} is being rebuilt: finish the rebuild first"
+        )));
+    }
+    let path = data_dir.join(file);
+    if !path.exists() {
+        return Err(Error::Invalid(format!("no projection set {file}")));
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let p = PathBuf::from(format!("{}{suffix}", path.display()));
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(p)(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Tenants with projected sessions in an embedded set.
+async fn tenants_of(path: &Path) -> Result<BTreeSet<String>> {
+    let mut conn = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
+        .read_only(true)
+        .connect()
+        .await?;
+    let rows = sqlx::query("SELECT DISTINCT tenant_id FROM session_folds")
+        .fetch_all(&mut conn)
+        .await?;
+    conn.close().await?;
+    Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+}
+
+/// Copies the operator's API keys from the live set into the rebuilt one (keys are not on the log).
+async fn copy_api_keys(live: &Path, target: &Path) -> Result<()> {
+    let mut conn = SqliteConnectOptions::from_str(&format!("sqlite://{}", target.display()))?
+        .connect()
+        .await?;
+    sqlx::query("ATTACH DATABASE ? AS live")
+        .bind(live.display().to_string())
+        .execute(&mut conn)
+        .await?;
+    sqlx::query("INSERT OR IGNORE INTO main.api_keys SELECT * FROM live.api_keys")
+        .execute(&mut conn)
+        .await?;
+    sqlx::query("DETACH DATABASE live")
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+    Ok(())
+}
+
+/// Waits for a batch being written.
+async fn settle(inflight: Option<tokio::task::JoinHandle<strata_store::Result<()>>>) -> Result<()> {
+    match inflight {
+        Some(h) => Ok(h
+            .await
+            .map_err(|e| Error::Invalid(format!("the batch writer failed: {e}")))??),
+        None => Ok(()),
+    }
+}
+
+/// Rebuilds the embedded projections of `data_dir` from `log` (see the module docs). `live` is
+/// the set readers use now (the one [`current_store_file`] names); the caller holds the data
+/// directory lock or runs the live projector in the same process.
+pub async fn rebuild(
+    data_dir: &Path,
+    log: &dyn EventLog,
+    live: &dyn ProjectionStore,
+    options: &RebuildOptions,
+    progress: Option<&mut (dyn FnMut(Progress) + Send)>,
+) -> Result<RebuildReport> {
+    let previous = current_store_file(data_dir);
+    let (file, resumed) = match read_state(data_dir)? {
+        Some(state) if generation_number(&state.file).is_some() => (state.file, true),
+        Some(state) => {
+            return Err(Error::Invalid(format!(
+                "{STATE_FILE} names {:?}, not a projection set",
+                state.file
+            )))
+        }
+        None => {
+            let next = generations(data_dir)?
+                .iter()
+                .map(|g| g.number)
+                .max()
+                .unwrap_or(1)
+                + 1;
+            let file = generation_file(next);
+            write_atomic(
+                data_dir,
+                STATE_FILE,
+                &serde_json::to_vec(&State { file: file.clone() }).expect("state serializes"),
+            )?;
+            (file, false)
+        }
+    };
+    if file == previous {
+        return Err(Error::Invalid(format!(
+            "{STATE_FILE} names the current set {file}; remove it to start a new rebuild"
+        )));
+    }
+    let path = data_dir.join(&file);
+    let target = Arc::new(SqliteStore::open(&path.display().to_string()).await?);
+    let start = target.offsets(&options.group).await?;
+    let mut folder = Folder::new(&options.group, !start.is_empty());
+    let head = offsets_of(&log.end_offsets().await?);
+    let mut reader = LogReader::new(&start, &head);
+    let mut ticker = Ticker::new(progress);
+    let mut total = reader.remaining();
+    let mut report = RebuildReport {
+        file: file.clone(),
+        previous: previous.clone(),
+        resumed,
+        events: 0,
+        applied: 0,
+        duplicates: 0,
+        fold_secs: 0.0,
+        events_per_sec: 0.0,
+        read_secs: 0.0,
+        apply_secs: 0.0,
+        write_wait_secs: 0.0,
+        verify_secs: 0.0,
+        verification: None,
+        switched: false,
+        stopped_early: false,
+    };
+
+    // Fold to the head, then to wherever the head moved meanwhile. One batch is written while
+    // the next is folded (two cores: fold and SQLite each get one); batches commit in order.
+    let mut inflight: Option<tokio::task::JoinHandle<strata_store::Result<()>>> = None;
+    loop {
+        loop {
+            let t = Instant::now();
+            let Some(chunk) = reader.next_chunk(log).await? else {
+                break;
+            };
+            report.read_secs += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let stats = folder.fold(target.as_ref(), &chunk).await?;
+            report.apply_secs += t.elapsed().as_secs_f64();
+            report.events += chunk.len() as u64;
+            report.applied += stats.applied;
+            report.duplicates += stats.duplicates;
+            if folder.pending >= options.batch_events {
+                let t = Instant::now();
+                settle(inflight.take()).await?;
+                report.write_wait_secs += t.elapsed().as_secs_f64();
+                if let Some(batch) = folder.take_batch() {
+                    let t = target.clone();
+                    inflight = Some(tokio::spawn(async move { t.commit_batch(batch).await }));
+                }
+                if options.stop_after.is_some_and(|n| report.events >= n) {
+                    settle(inflight.take()).await?;
+                    report.stopped_early = true;
+                    report.fold_secs = ticker.elapsed().as_secs_f64();
+                    return Ok(report);
+                }
+            }
+            ticker.tick(report.events, total, folder.sessions().count() as u64, 0);
+        }
+        let t = Instant::now();
+        settle(inflight.take()).await?;
+        folder.flush(target.as_ref()).await?;
+        report.write_wait_secs += t.elapsed().as_secs_f64();
+        let head = offsets_of(&log.end_offsets().await?);
+        reader.extend_to(&head);
+        if reader.remaining() == 0 {
+            break;
+        }
+        total = report.events + reader.remaining();
+    }
+    report.fold_secs = ticker.elapsed().as_secs_f64();
+    report.events_per_sec = report.events as f64 / report.fold_secs.max(1e-9);
+    ticker.finish(report.events, total, folder.sessions().count() as u64, 0);
+
+    // Verify at the live set's offsets: fold up to them, compare, and accept the comparison only
+    // if the live set did not move meanwhile.
+    let verify_started = Instant::now();
+    let deadline = Instant::now() + options.verify_timeout;
+    let verification = loop {
+        let live_offsets = live.offsets(&options.group).await?;
+        let ours = target.offsets(&options.group).await?;
+        let behind = ours
+            .iter()
+            .any(|(p, o)| live_offsets.get(p).copied().unwrap_or(0) < *o);
+        if behind {
+            if Instant::now() > deadline {
+                return Err(Error::VerificationFailed(format!(
+                    "the live set stayed behind the log (live offsets {live_offsets:?}, \
+                     rebuilt {ours:?}); is its projector running?"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        if live_offsets != ours {
+            let mut to = Offsets::new();
+            to.extend(live_offsets.iter().map(|(p, o)| (*p, *o)));
+            reader.extend_to(&to);
+            while let Some(chunk) = reader.next_chunk(log).await? {
+                let stats = folder.fold(target.as_ref(), &chunk).await?;
+                report.events += chunk.len() as u64;
+                report.applied += stats.applied;
+                report.duplicates += stats.duplicates;
+            }
+            folder.flush(target.as_ref()).await?;
+            continue;
+        }
+        let mut tenants = tenants_of(&path).await?;
+        tenants.extend(
+            tenants_of(&data_dir.join(&previous))
+                .await
+                .unwrap_or_default(),
+        );
+        let v = compare(live, target.as_ref(), &tenants).await?;
+        if live.offsets(&options.group).await? == live_offsets {
+            break v;
+        }
+        if Instant::now() > deadline {
+            return Err(Error::VerificationFailed(
+                "the live set never held still long enough to compare".into(),
+            ));
+        }
+    };
+    report.verify_secs = verify_started.elapsed().as_secs_f64();
+    let ok = verification.ok();
+    report.verification = Some(verification.clone());
+    if !ok {
+        return Err(Error::VerificationFailed(
+            verification.differences.join("; "),
+        ));
+    }
+    if options.switch {
+        copy_api_keys(&data_dir.join(&previous), &path).await?;
+        write_atomic(data_dir, STORE_POINTER, format!("{file}\n").as_bytes())?;
+        let state = data_dir.join(STATE_FILE);
+        std::fs::remove_file(&state).map_err(io_err(state))?;
+        report.switched = true;
+        tracing::info!(from = %previous, to = %file, "readers switched to the rebuilt projection set");
+    }
+    Ok(report)
+}

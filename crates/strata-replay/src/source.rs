@@ -1,0 +1,186 @@
+//! Reading the log for replay and rebuild: every partition from a start offset up to a target,
+//! decoded, in chunks; and progress reporting.
+
+use std::time::{Duration, Instant};
+
+use strata_codec::AvroCodec;
+use strata_core::projection::LogPosition;
+use strata_core::Event;
+use strata_log::EventLog;
+use strata_store::Offsets;
+
+use crate::{Error, Result};
+
+/// Records read per partition per call.
+pub(crate) const READ_CHUNK: usize = 4096;
+
+/// Reads the log partition by partition, chunk by chunk, from `from` up to (excluding) `to`.
+#[derive(Debug)]
+pub(crate) struct LogReader {
+    next: Offsets,
+    to: Offsets,
+    codec: AvroCodec,
+}
+
+impl LogReader {
+    pub(crate) fn new(from: &Offsets, to: &Offsets) -> Self {
+        let next = to
+            .keys()
+            .map(|p| (*p, from.get(p).copied().unwrap_or(0)))
+            .collect();
+        Self {
+            next,
+            to: to.clone(),
+            codec: AvroCodec::new(),
+        }
+    }
+
+    /// Records left to read.
+    pub(crate) fn remaining(&self) -> u64 {
+        self.to
+            .iter()
+            .map(|(p, end)| end.saturating_sub(self.next.get(p).copied().unwrap_or(0)))
+            .sum()
+    }
+
+    /// Moves the target to `to` (a later head).
+    pub(crate) fn extend_to(&mut self, to: &Offsets) {
+        for (p, end) in to {
+            self.next.entry(*p).or_insert(0);
+            let t = self.to.entry(*p).or_insert(0);
+            *t = (*t).max(*end);
+        }
+    }
+
+    /// The next chunk of one partition that has records left, decoded; `None` when done.
+    pub(crate) async fn next_chunk(
+        &mut self,
+        log: &dyn EventLog,
+    ) -> Result<Option<Vec<(LogPosition, Event)>>> {
+        let Some((&p, &from)) = self
+            .next
+            .iter()
+            .find(|(p, n)| **n < self.to.get(p).copied().unwrap_or(0))
+        else {
+            return Ok(None);
+        };
+        let end = self.to[&p];
+        let want = ((end - from) as usize).min(READ_CHUNK);
+        let records = log.read(p, from, want).await?;
+        if records.is_empty() {
+            return Err(Error::Invalid(format!(
+                "log partition {p} returned no record at offset {from} below its end {end} \
+                 (retention may have dropped it)"
+            )));
+        }
+        let mut out = Vec::with_capacity(records.len());
+        for r in records.into_iter().filter(|r| r.offset < end) {
+            let event = self
+                .codec
+                .decode(&r.value)
+                .map_err(|e| Error::Undecodable {
+                    partition: r.partition,
+                    offset: r.offset,
+                    reason: e.to_string(),
+                })?;
+            out.push((
+                LogPosition {
+                    partition: r.partition,
+                    offset: r.offset,
+                },
+                event,
+            ));
+        }
+        let last = out.last().map(|(pos, _)| pos.offset + 1).unwrap_or(end);
+        self.next.insert(p, last);
+        Ok(Some(out))
+    }
+}
+
+/// Progress of a replay or rebuild, as shown on a terminal.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Progress {
+    /// Events read so far.
+    pub events: u64,
+    /// Events to read in all (grows when the head moves).
+    pub total_events: u64,
+    /// Sessions done so far (replay) or folded so far (rebuild).
+    pub sessions: u64,
+    /// Sessions in all, when known.
+    pub total_sessions: u64,
+    /// Events per second since the start.
+    pub events_per_sec: f64,
+    /// Estimated time left, in seconds.
+    pub eta_secs: f64,
+}
+
+/// Reports progress at most every `every`.
+pub(crate) struct Ticker<'a> {
+    started: Instant,
+    last: Instant,
+    every: Duration,
+    sink: Option<&'a mut (dyn FnMut(Progress) + Send)>,
+}
+
+impl std::fmt::Debug for Ticker<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticker").finish_non_exhaustive()
+    }
+}
+
+impl<'a> Ticker<'a> {
+    pub(crate) fn new(sink: Option<&'a mut (dyn FnMut(Progress) + Send)>) -> Self {
+        let now = Instant::now();
+        Self {
+            started: now,
+            last: now,
+            every: Duration::from_millis(250),
+            sink,
+        }
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub(crate) fn tick(&mut self, events: u64, total: u64, sessions: u64, total_sessions: u64) {
+        self.report(events, total, sessions, total_sessions, false);
+    }
+
+    pub(crate) fn finish(&mut self, events: u64, total: u64, sessions: u64, total_sessions: u64) {
+        self.report(events, total, sessions, total_sessions, true);
+    }
+
+    fn report(&mut self, events: u64, total: u64, sessions: u64, total_sessions: u64, force: bool) {
+        let Some(sink) = self.sink.as_mut() else {
+            return;
+        };
+        if !force && self.last.elapsed() < self.every {
+            return;
+        }
+        self.last = Instant::now();
+        let secs = self.started.elapsed().as_secs_f64().max(1e-9);
+        let rate = events as f64 / secs;
+        let eta = if rate > 0.0 {
+            total.saturating_sub(events) as f64 / rate
+        } else {
+            0.0
+        };
+        sink(Progress {
+            events,
+            total_events: total,
+            sessions,
+            total_sessions,
+            events_per_sec: rate,
+            eta_secs: eta,
+        });
+    }
+}
+
+/// Offsets as a map from the log's end offsets.
+pub(crate) fn offsets_of(end: &[u64]) -> Offsets {
+    end.iter()
+        .enumerate()
+        .map(|(p, o)| (p as u32, *o))
+        .collect()
+}
