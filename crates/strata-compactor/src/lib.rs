@@ -10,6 +10,8 @@
 //!
 //! Compaction covers the `main` branch; forked branches are not compacted in this version.
 
+pub mod scenario;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
@@ -206,7 +208,7 @@ pub async fn run(
     run_with(
         backends,
         group,
-        Planner::new(CompactorOptions::default()),
+        &mut Planner::new(CompactorOptions::default()),
         shutdown,
     )
     .await
@@ -216,7 +218,7 @@ pub async fn run(
 pub async fn run_with(
     backends: &Backends,
     group: &str,
-    mut planner: Planner,
+    planner: &mut Planner,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(FollowStats, CountsByType), Error> {
     let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());

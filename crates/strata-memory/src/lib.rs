@@ -62,14 +62,14 @@ pub async fn run(
     group: &str,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(FollowStats, CountsByType), Error> {
-    run_with(backends, group, MemoryEngine::default(), shutdown).await
+    run_with(backends, group, &mut MemoryEngine::default(), shutdown).await
 }
 
 /// [`run`] with a given engine (for example with a plugged-in extractor).
 pub async fn run_with(
     backends: &Backends,
     group: &str,
-    mut engine: MemoryEngine,
+    engine: &mut MemoryEngine,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(FollowStats, CountsByType), Error> {
     let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());

@@ -30,13 +30,13 @@ async fn main() -> anyhow::Result<()> {
     let backends = Backends::open(&opts.backends, "strata-compactor").await?;
     let worker = backends.clone();
     let group = opts.group.clone();
-    let planner = strata_compactor::Planner::new(strata_compactor::CompactorOptions {
+    let mut planner = strata_compactor::Planner::new(strata_compactor::CompactorOptions {
         threshold: opts.threshold,
         keep_turns: opts.keep_turns,
     });
     let (stats, by_type) =
         strata_runtime::admin::run_worker(backends, opts.admin_listen, |stop| async move {
-            strata_compactor::run_with(&worker, &group, planner, stop).await
+            strata_compactor::run_with(&worker, &group, &mut planner, stop).await
         })
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
