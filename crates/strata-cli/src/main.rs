@@ -6,6 +6,8 @@
 //! appended before it.
 
 mod bench;
+mod bench_memory;
+mod compact;
 mod demo;
 mod dev;
 mod jsonl;
@@ -87,6 +89,23 @@ enum Command {
         /// Assemblies timed per session size.
         #[arg(long, default_value_t = 200)]
         assemblies: usize,
+        /// Measure memory extraction and compaction instead.
+        #[arg(long)]
+        memory: bool,
+    },
+    /// Compact a session's branch now; prints the record and its check.
+    Compact {
+        session: String,
+        #[arg(long, default_value = auth::DEV_TENANT)]
+        tenant: String,
+        #[arg(long, default_value = strata_core::MAIN_BRANCH)]
+        branch: String,
+        /// User turns kept verbatim after the cut.
+        #[arg(long, default_value_t = 2)]
+        keep_turns: usize,
+        /// Print the record as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -227,6 +246,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{key}");
             Ok(())
         }
-        Command::Bench { events, assemblies } => bench::run(events, assemblies).await,
+        Command::Bench { memory: true, .. } => bench_memory::run().await,
+        Command::Bench {
+            events,
+            assemblies,
+            memory: false,
+        } => bench::run(events, assemblies).await,
+        Command::Compact {
+            session,
+            tenant,
+            branch,
+            keep_turns,
+            json,
+        } => {
+            let backends = open_current(opts, "strata compact").await?;
+            compact::run(&backends, &tenant, &session, &branch, keep_turns, json).await
+        }
     }
 }

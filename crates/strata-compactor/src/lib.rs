@@ -10,6 +10,7 @@
 //!
 //! Compaction covers the `main` branch; forked branches are not compacted in this version.
 
+pub mod http;
 pub mod scenario;
 
 use std::collections::BTreeMap;

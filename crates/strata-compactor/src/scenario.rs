@@ -42,7 +42,7 @@ pub fn coding_session(tenant: &str, session: &str, turns: usize) -> Vec<Value> {
     let mut v: Vec<Value> = Vec::new();
     let mut push = |ty: &str, payload: Value| {
         let i = v.len();
-        let secs = i as i64 * 7;
+        let secs = i as i64; // one event a second: up to 57,600 events in a day
         v.push(json!({
             "event_id": format!("{session}-{i:05}"), "tenant_id": tenant, "session_id": session,
             "timestamp": format!("2026-06-03T{:02}:{:02}:{:02}Z", 8 + secs / 3600, (secs / 60) % 60, secs % 60),
