@@ -64,6 +64,8 @@ pub enum OmissionReason {
     Compacted,
     /// A tool memory whose raw output is in the context verbatim.
     Redundant,
+    /// A memory of another session, project or tenant that its scope keeps out.
+    OtherScope,
 }
 
 /// A message of the current branch lineage, with the tool calls it asked for.
@@ -1120,10 +1122,13 @@ fn select_memories(
             &snapshot.session_id,
             &snapshot.participant_id,
         ) {
-            let reason = if m.session_id == snapshot.session_id {
+            let reason = if m.tenant_id == snapshot.tenant_id
+                && m.session_id == snapshot.session_id
+                && m.scope == Scope::Session
+            {
                 OmissionReason::OtherParticipant
             } else {
-                OmissionReason::OtherBranch
+                OmissionReason::OtherScope
             };
             omit(&mut omitted, m, reason);
             continue;
