@@ -84,6 +84,7 @@ pub struct Planner {
     options: CompactorOptions,
     budgets: BTreeMap<(String, String), u64>,
     branches: BTreeMap<(String, String), Branch>,
+    last_seq: BTreeMap<(String, String), u64>,
     summarizer: Box<dyn Summarizer>,
     tokens: O200k,
 }
@@ -99,6 +100,7 @@ impl Planner {
             options,
             budgets: BTreeMap::new(),
             branches: BTreeMap::new(),
+            last_seq: BTreeMap::new(),
             summarizer,
             tokens: O200k,
         }
@@ -110,6 +112,14 @@ impl Planner {
             return None;
         }
         let key = (event.tenant_id.clone(), event.session_id.clone());
+        // Seen already (a re-read after a restart or rebalance): nothing new.
+        if let Some(seq) = event.seq {
+            let last = self.last_seq.entry(key.clone()).or_default();
+            if seq <= *last {
+                return None;
+            }
+            *last = seq;
+        }
         if let Payload::SessionStarted(p) = &event.payload {
             let budget =
                 u64::from(p.context_window_tokens).saturating_sub(p.reserved_output_tokens.into());
@@ -226,6 +236,7 @@ pub async fn run_with(
     let mut consumer = backends.log.subscribe(group).await?;
     let mut stats = FollowStats::default();
     let mut by_type = CountsByType::new();
+    let mut warm_until: std::collections::BTreeMap<u32, u64> = Default::default();
     tokio::pin!(shutdown);
     loop {
         let polled = tokio::select! {
@@ -233,12 +244,36 @@ pub async fn run_with(
             _ = &mut shutdown => break,
             p = consumer.poll(1000, Duration::from_millis(200)) => p?,
         };
+        // The state is not checkpointed: on assignment, re-read the partition from offset 0
+        // up to the group's committed offset to rebuild it, without writing anything again.
+        let mut just_seeked = Vec::new();
+        if !polled.assigned.is_empty() {
+            let committed = backends.log.committed(group).await?;
+            for &p in &polled.assigned {
+                let c = committed.get(&p).copied().unwrap_or(0);
+                if c > 0 {
+                    consumer.seek(p, 0)?;
+                    warm_until.insert(p, c);
+                    just_seeked.push(p);
+                }
+            }
+        }
         if polled.records.is_empty() {
             continue;
         }
         let mut offsets = strata_runtime::Offsets::new();
         let mut out = Vec::new();
-        for r in &polled.records {
+        for r in polled
+            .records
+            .iter()
+            .filter(|r| !just_seeked.contains(&r.partition))
+        {
+            if warm_until.get(&r.partition).is_some_and(|&w| r.offset < w) {
+                if let Ok(event) = backends.codec.decode(&r.value) {
+                    let _ = planner.observe(&event);
+                }
+                continue;
+            }
             match backends.codec.decode(&r.value) {
                 Ok(event) => {
                     stats.events += 1;

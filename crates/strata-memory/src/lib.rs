@@ -8,6 +8,10 @@
 //! re-derives the same events with the same content-derived ids, which ingest and the projection
 //! treat as one. Derived events read back from the log (this service's own, or another
 //! instance's) are learned by the engine, never extracted.
+//!
+//! The engine's state is not checkpointed: when a partition is assigned, the service re-reads it
+//! from offset 0 up to the group's committed offset to rebuild the state (supersession index,
+//! open tool calls) without writing anything; the cost is one read of the log per start.
 
 use std::future::Future;
 use std::time::Duration;
@@ -76,6 +80,7 @@ pub async fn run_with(
     let mut consumer = backends.log.subscribe(group).await?;
     let mut stats = FollowStats::default();
     let mut by_type = CountsByType::new();
+    let mut warm_until: std::collections::BTreeMap<u32, u64> = Default::default();
     tokio::pin!(shutdown);
     loop {
         let polled = tokio::select! {
@@ -83,12 +88,36 @@ pub async fn run_with(
             _ = &mut shutdown => break,
             p = consumer.poll(1000, Duration::from_millis(200)) => p?,
         };
+        // The state is not checkpointed: on assignment, re-read the partition from offset 0
+        // up to the group's committed offset to rebuild it, without writing anything again.
+        let mut just_seeked = Vec::new();
+        if !polled.assigned.is_empty() {
+            let committed = backends.log.committed(group).await?;
+            for &p in &polled.assigned {
+                let c = committed.get(&p).copied().unwrap_or(0);
+                if c > 0 {
+                    consumer.seek(p, 0)?;
+                    warm_until.insert(p, c);
+                    just_seeked.push(p);
+                }
+            }
+        }
         if polled.records.is_empty() {
             continue;
         }
         let mut offsets = strata_runtime::Offsets::new();
         let mut out: Vec<(Event, Option<u64>)> = Vec::new();
-        for r in &polled.records {
+        for r in polled
+            .records
+            .iter()
+            .filter(|r| !just_seeked.contains(&r.partition))
+        {
+            if warm_until.get(&r.partition).is_some_and(|&w| r.offset < w) {
+                if let Ok(event) = backends.codec.decode(&r.value) {
+                    let _ = engine.observe(&event);
+                }
+                continue;
+            }
             match backends.codec.decode(&r.value) {
                 Ok(event) => {
                     stats.events += 1;

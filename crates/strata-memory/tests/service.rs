@@ -169,3 +169,55 @@ async fn memories_are_written_back_projected_and_replayable() {
     assert_eq!(a.get("memories"), b.get("memories"));
     assert!(a["memories"].0 >= 8);
 }
+
+#[tokio::test]
+async fn a_restarted_extractor_rebuilds_its_state_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = BackendOpts {
+        fsync: FsyncPolicy::Never,
+        ..BackendOpts::embedded(dir.path())
+    };
+    let backends = Backends::open(&opts, "test").await.unwrap();
+    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+    let mut events = session("s1", "alpha");
+    let later = events.split_off(4); // the second crm.get_order comes after the restart
+    ingestor
+        .ingest_json(&Publisher::Operator, events)
+        .await
+        .unwrap();
+    let stop = tokio::time::sleep(Duration::from_millis(600));
+    strata_memory::run(&backends, strata_memory::DEFAULT_GROUP, stop)
+        .await
+        .unwrap();
+    ingestor
+        .ingest_json(&Publisher::Operator, later)
+        .await
+        .unwrap();
+    // A new process: a fresh engine, which must still know the first observation.
+    let stop = tokio::time::sleep(Duration::from_millis(600));
+    let (stats, _) = strata_memory::run(&backends, strata_memory::DEFAULT_GROUP, stop)
+        .await
+        .unwrap();
+    assert!(
+        stats.events >= 4,
+        "only what came after is counted: {stats:?}"
+    );
+    strata_projector::catch_up(&backends).await.unwrap();
+    let (mems, sups) = memories(&backends, "s1").await;
+    let first = mems
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("c1"))
+        .unwrap();
+    let second = mems
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("c2"))
+        .unwrap();
+    assert_eq!(second.supersedes, vec![first.memory_id.clone()]);
+    assert!(sups.contains(&(first.memory_id.clone(), second.memory_id.clone())));
+    // Nothing was recorded twice.
+    let mut ids: Vec<&str> = mems.iter().map(|m| m.memory_id.as_str()).collect();
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n);
+}
