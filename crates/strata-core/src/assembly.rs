@@ -534,7 +534,11 @@ pub fn assemble(
     let memo: BTreeMap<&str, &crate::memory::Memory> = snapshot
         .memories
         .iter()
-        .filter(|m| m.superseded_by.is_none() && m.kind == "tool_memory")
+        .filter(|m| {
+            m.superseded_by.is_none()
+                && m.kind == "tool_memory"
+                && m.privacy_class < PrivacyClass::Confidential
+        })
         .filter_map(|m| m.tool_call_id.as_deref().map(|c| (c, m)))
         .collect();
     let render_turn = |age: usize, turn: &[&TimelineMessage]| -> Unit {
@@ -1137,6 +1141,11 @@ fn select_memories(
             omit(&mut omitted, m, OmissionReason::Superseded);
             continue;
         }
+        // No provider allow-list exists yet: confidential and restricted memories stay out.
+        if m.privacy_class >= PrivacyClass::Confidential {
+            omit(&mut omitted, m, OmissionReason::PrivacyProvider);
+            continue;
+        }
         if m.tool_call_id
             .as_deref()
             .is_some_and(|c| verbatim_calls.contains(c))
@@ -1187,7 +1196,18 @@ fn select_memories(
             snapshot
                 .memories
                 .iter()
-                .filter(|o| o.conflicts_with.contains(&m.memory_id))
+                .filter(|o| {
+                    // Only the other side if it may be shown itself.
+                    o.conflicts_with.contains(&m.memory_id)
+                        && o.privacy_class < PrivacyClass::Confidential
+                        && retrievable(
+                            o,
+                            &snapshot.tenant_id,
+                            &project,
+                            &snapshot.session_id,
+                            &snapshot.participant_id,
+                        )
+                })
                 .map(|o| o.memory_id.clone()),
         );
         if !conflicts.is_empty() {

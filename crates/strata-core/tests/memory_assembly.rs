@@ -123,6 +123,11 @@ fn memory_policy_is_applied_and_explained() {
     foreign.memory_id = "mem_foreign".into();
     foreign.project_id = "beta".into();
     mems.push(foreign);
+    // A restricted one never reaches a provider.
+    let mut secret = mems[2].clone();
+    secret.memory_id = "mem_secret".into();
+    secret.privacy_class = strata_core::payload::PrivacyClass::Restricted;
+    mems.push(secret);
 
     // At 10:45 nothing time-bounded is stale yet, the 10:00 shell memory (volatile) is.
     let a = assemble(
@@ -159,6 +164,8 @@ fn memory_policy_is_applied_and_explained() {
         "another project: never offered"
     );
     assert!(!text.contains("mem_foreign"));
+    assert_eq!(reasons(OmissionReason::PrivacyProvider), 1);
+    assert!(!text.contains("mem_secret"));
     let included: Vec<&str> = a
         .assembly
         .included
