@@ -44,8 +44,9 @@ pub(crate) async fn run(opts: &BackendOpts, listen: SocketAddr) -> anyhow::Resul
         ingestor.clone(),
         AssemblerOptions::default(),
     );
-    let router =
-        strata_ingest::http::routes(ingestor).merge(strata_assembler::http::routes(assembler));
+    let router = strata_ingest::http::routes(ingestor.clone())
+        .merge(strata_assembler::http::routes(assembler))
+        .merge(strata_compactor::http::routes(backends.clone(), ingestor));
 
     println!("strata dev listening on http://{listen}");
     println!("data directory: {}", backends.data_dir.display());

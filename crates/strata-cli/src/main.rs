@@ -8,7 +8,9 @@
 
 mod bench;
 mod bench_distributed;
+mod bench_memory;
 mod bench_replay;
+mod compact;
 mod demo;
 mod dev;
 mod jsonl;
@@ -118,10 +120,26 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         assemblies: usize,
     },
+    /// Compact a session's branch now; prints the record and its check.
+    Compact {
+        session: String,
+        #[arg(long, default_value = auth::DEV_TENANT)]
+        tenant: String,
+        #[arg(long, default_value = strata_core::MAIN_BRANCH)]
+        branch: String,
+        /// User turns kept verbatim after the cut.
+        #[arg(long, default_value_t = 2)]
+        keep_turns: usize,
+        /// Print the record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 enum BenchWhat {
+    /// Memory extraction and compaction figures instead.
+    Memory,
     /// Kafka, PostgreSQL and Redis against their raw baselines (servers from flags or
     /// `scripts/services.sh env`) instead.
     Distributed(bench_distributed::Servers),
@@ -282,6 +300,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Rebuild(args) => replay::rebuild(opts, &args).await,
         Command::Archive { max_records, json } => replay::archive(opts, max_records, json).await,
         Command::Bench {
+            what: Some(BenchWhat::Memory),
+            ..
+        } => bench_memory::run().await,
+        Command::Bench {
             what: Some(BenchWhat::Replay { events, sessions }),
             ..
         } => bench_replay::run(events, sessions).await,
@@ -294,5 +316,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             events,
             assemblies,
         } => bench::run(events, assemblies).await,
+        Command::Compact {
+            session,
+            tenant,
+            branch,
+            keep_turns,
+            json,
+        } => {
+            let backends = open_current(opts, wait, "strata compact").await?;
+            compact::run(&backends, &tenant, &session, &branch, keep_turns, json).await
+        }
     }
 }

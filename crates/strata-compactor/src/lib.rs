@@ -1,19 +1,400 @@
-//! The compactor (SPEC §6). In this version it consumes the log in its own consumer group, keeps
-//! its offsets and counts what it sees; its rules come with the memory-and-compaction issue.
+//! The compactor (SPEC §6). It consumes the log in its own consumer group, keeps each session's
+//! raw events of the main branch, and when the tokens not yet covered by a compaction exceed a
+//! configurable fraction of the session's budget (window minus reserved output) it runs the
+//! pure [`strata_core::compaction::compact`] and appends the `CompactionCompleted` record —
+//! successful or failed, with its CompressionCheck — to the log through ingest. The raw log is
+//! never rewritten; the projector is the only writer of projections.
+//!
+//! An explicit request (`strata compact SESSION`, `POST /v1/sessions/{id}/compact`) runs
+//! [`compact_session`], which reads the session's events from the projections.
+//!
+//! Compaction covers the `main` branch; forked branches are not compacted in this version.
 
+pub mod http;
+pub mod scenario;
+
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::time::Duration;
 
-use strata_runtime::follow::{follow_counting, CountsByType, FollowStats};
+use strata_core::compaction::{
+    compact, event_tokens, CompactionRecord, DeterministicSummarizer, Summarizer,
+};
+use strata_core::payload::Payload;
+use strata_core::tokens::{O200k, TokenCounter};
+use strata_core::{Event, MAIN_BRANCH};
+use strata_ingest::{IngestOptions, Ingestor, Publisher};
+use strata_runtime::follow::{CountsByType, FollowStats};
 use strata_runtime::Backends;
 
 /// The consumer group of the compactor.
 pub const DEFAULT_GROUP: &str = "strata-compactor";
+/// Actor of the events this service writes.
+pub const ACTOR: &str = "strata-compactor";
+/// Budget assumed for a session without `SessionStarted`.
+const DEFAULT_BUDGET: u64 = 128_000;
 
-/// Runs the compactor until `shutdown` resolves; returns what it consumed, by event type.
+/// Errors of the compactor.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Log(#[from] strata_log::Error),
+    #[error(transparent)]
+    Store(#[from] strata_store::Error),
+    /// A compaction could not be appended.
+    #[error("appending the compaction failed: {0}")]
+    Append(String),
+    /// The request cannot be served.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// When and how much to compact.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactorOptions {
+    /// Compact when uncompacted tokens exceed this fraction of the budget.
+    pub threshold: f64,
+    /// User turns kept verbatim after the cut.
+    pub keep_turns: usize,
+}
+
+impl Default for CompactorOptions {
+    fn default() -> Self {
+        Self {
+            threshold: 0.6,
+            keep_turns: 2,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Branch {
+    events: Vec<Event>,
+    /// Tokens of the raw events since the last successful compaction's cut.
+    pending_tokens: u64,
+    /// Don't retry before the pending tokens pass this (after a failed or empty attempt).
+    retry_above: u64,
+    previous: Option<CompactionRecord>,
+}
+
+/// The compactor's pure state machine: feed it the log in order; it says when to compact.
+#[derive(Debug)]
+pub struct Planner {
+    options: CompactorOptions,
+    budgets: BTreeMap<(String, String), u64>,
+    branches: BTreeMap<(String, String), Branch>,
+    last_seq: BTreeMap<(String, String), u64>,
+    summarizer: Box<dyn Summarizer>,
+    tokens: O200k,
+}
+
+impl Planner {
+    pub fn new(options: CompactorOptions) -> Self {
+        Self::with_summarizer(options, Box::new(DeterministicSummarizer))
+    }
+
+    /// A planner with a plugged-in summarizer (its output is checked the same way).
+    pub fn with_summarizer(options: CompactorOptions, summarizer: Box<dyn Summarizer>) -> Self {
+        Self {
+            options,
+            budgets: BTreeMap::new(),
+            branches: BTreeMap::new(),
+            last_seq: BTreeMap::new(),
+            summarizer,
+            tokens: O200k,
+        }
+    }
+
+    /// Folds one event in; returns a compaction record to append when the threshold is crossed.
+    pub fn observe(&mut self, event: &Event) -> Option<CompactionRecord> {
+        if event.branch_id != MAIN_BRANCH {
+            return None;
+        }
+        let key = (event.tenant_id.clone(), event.session_id.clone());
+        // Seen already (a re-read after a restart or rebalance): nothing new.
+        if let Some(seq) = event.seq {
+            let last = self.last_seq.entry(key.clone()).or_default();
+            if seq <= *last {
+                return None;
+            }
+            *last = seq;
+        }
+        if let Payload::SessionStarted(p) = &event.payload {
+            let budget =
+                u64::from(p.context_window_tokens).saturating_sub(p.reserved_output_tokens.into());
+            self.budgets.insert(key.clone(), budget.max(1));
+        }
+        if let Payload::CompactionCompleted(p) = &event.payload {
+            // A compaction on the log (ours, another instance's, or an explicit request's).
+            if let Some(r) = CompactionRecord::from_payload(p).filter(|r| r.succeeded()) {
+                let b = self.branches.entry(key).or_default();
+                tokens_after_cut(b, &r);
+                b.previous = Some(r);
+            }
+            return None;
+        }
+        if event.is_derived() {
+            return None;
+        }
+        let budget = self.budgets.get(&key).copied().unwrap_or(DEFAULT_BUDGET);
+        let t = event_tokens(event, &self.tokens);
+        let b = self.branches.entry(key).or_default();
+        b.events.push(event.clone());
+        b.pending_tokens += t;
+        let limit = (budget as f64 * self.options.threshold) as u64;
+        if b.pending_tokens <= limit.max(b.retry_above) {
+            return None;
+        }
+        let record = compact(
+            &b.events,
+            b.previous.as_ref(),
+            self.options.keep_turns,
+            self.summarizer.as_ref(),
+            &self.tokens,
+        );
+        // Whatever happens, do not try again before another tenth of the budget has come in.
+        b.retry_above = b.pending_tokens + budget / 10;
+        let record = record?;
+        if record.succeeded() {
+            let mut b2 = std::mem::take(b);
+            tokens_after_cut(&mut b2, &record);
+            b2.previous = Some(record.clone());
+            *self
+                .branches
+                .get_mut(&(event.tenant_id.clone(), event.session_id.clone()))
+                .expect("present") = b2;
+        }
+        Some(record)
+    }
+}
+
+fn tokens_after_cut(b: &mut Branch, r: &CompactionRecord) {
+    {
+        // Keep the events from the cut on (raw events before it are never needed again here:
+        // the record stands in for them; the log still has them).
+        if let Some(i) = b
+            .events
+            .iter()
+            .position(|e| e.event_id == r.first_kept_event_id)
+        {
+            b.events.drain(..i);
+        }
+        b.pending_tokens = b
+            .events
+            .iter()
+            .filter(|e| !e.is_derived())
+            .map(|e| event_tokens(e, &O200k))
+            .sum();
+        b.retry_above = 0;
+    }
+}
+
+/// The `CompactionCompleted` event of a record: its id derives from the compaction id, its time
+/// from the last summarised event, so the same log gives the same event.
+pub fn compaction_event(record: &CompactionRecord, source: &Event) -> Event {
+    Event {
+        event_id: format!("cmpev_{}", &record.compaction_id[4..]),
+        tenant_id: record.tenant_id.clone(),
+        session_id: record.session_id.clone(),
+        branch_id: record.branch_id.clone(),
+        seq: None,
+        parent_event_id: None,
+        timestamp: source.timestamp,
+        actor: Some(ACTOR.into()),
+        participant_id: None,
+        payload: Payload::CompactionCompleted(record.to_payload()),
+        causality: None,
+        extra: Default::default(),
+    }
+}
+
+/// Runs the compactor until `shutdown` resolves; returns what it consumed, by event type, with
+/// the compactions it appended under `"compactions"` and the failed ones under `"failed"`.
 pub async fn run(
     backends: &Backends,
     group: &str,
     shutdown: impl Future<Output = ()>,
-) -> Result<(FollowStats, CountsByType), strata_log::Error> {
-    follow_counting(backends, group, shutdown).await
+) -> Result<(FollowStats, CountsByType), Error> {
+    run_with(
+        backends,
+        group,
+        &mut Planner::new(CompactorOptions::default()),
+        shutdown,
+    )
+    .await
+}
+
+/// [`run`] with a given planner.
+pub async fn run_with(
+    backends: &Backends,
+    group: &str,
+    planner: &mut Planner,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(FollowStats, CountsByType), Error> {
+    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+    let mut consumer = backends.log.subscribe(group).await?;
+    let mut stats = FollowStats::default();
+    let mut by_type = CountsByType::new();
+    let mut warm_until: std::collections::BTreeMap<u32, u64> = Default::default();
+    let mut positions = strata_runtime::Offsets::new();
+    let mut lag = strata_runtime::metrics::LagReporter::new(group, Duration::from_secs(1));
+    tokio::pin!(shutdown);
+    loop {
+        let polled = tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            p = consumer.poll(1000, Duration::from_millis(200)) => p?,
+        };
+        // The state is not checkpointed: on assignment, re-read the partition from offset 0
+        // up to the group's committed offset to rebuild it, without writing anything again.
+        let mut just_seeked = Vec::new();
+        for p in &polled.revoked {
+            positions.remove(p);
+        }
+        lag.revoked(&polled.revoked);
+        if !polled.assigned.is_empty() {
+            let committed = backends.log.committed(group).await?;
+            for &p in &polled.assigned {
+                let c = committed.get(&p).copied().unwrap_or(0);
+                positions.insert(p, c);
+                if c > 0 {
+                    consumer.seek(p, 0)?;
+                    warm_until.insert(p, c);
+                    just_seeked.push(p);
+                }
+            }
+        }
+        if polled.records.is_empty() {
+            lag.report(backends.log.as_ref(), &positions).await;
+            continue;
+        }
+        let mut offsets = strata_runtime::Offsets::new();
+        let mut out = Vec::new();
+        for r in polled
+            .records
+            .iter()
+            .filter(|r| !just_seeked.contains(&r.partition))
+        {
+            if warm_until.get(&r.partition).is_some_and(|&w| r.offset < w) {
+                if let Ok(event) = backends.codec.decode(&r.value) {
+                    let _ = planner.observe(&event);
+                }
+                continue;
+            }
+            match backends.codec.decode(&r.value) {
+                Ok(event) => {
+                    stats.events += 1;
+                    *by_type.entry(event.event_type().as_str()).or_default() += 1;
+                    if let Some(record) = planner.observe(&event) {
+                        let key = if record.succeeded() {
+                            "compactions"
+                        } else {
+                            "failed"
+                        };
+                        *by_type.entry(key).or_default() += 1;
+                        tracing::info!(session = %record.session_id, id = %record.compaction_id,
+                            status = %record.status, failures = ?record.check.failures, "compaction");
+                        out.push((compaction_event(&record, &event), None));
+                    }
+                }
+                Err(e) => {
+                    stats.undecodable += 1;
+                    let reason = format!("undecodable event: {e}");
+                    backends.log.dead_letter(r, group, &reason).await?;
+                    strata_runtime::metrics::DEAD_LETTERS.add(1);
+                    tracing::error!(group, partition = r.partition, offset = r.offset, error = %e,
+                        "undecodable record set aside in the dead-letter queue");
+                }
+            }
+            offsets.insert(r.partition, r.offset + 1);
+        }
+        if !out.is_empty() {
+            ingestor
+                .ingest(&Publisher::Operator, out)
+                .await
+                .map_err(|e| Error::Append(e.to_string()))?;
+        }
+        consumer.commit(&offsets).await?;
+        positions.extend(offsets);
+        lag.report(backends.log.as_ref(), &positions).await;
+    }
+    consumer.close().await?;
+    tracing::info!(group, events = stats.events, "compactor stopped");
+    Ok((stats, by_type))
+}
+
+/// Reads a session's events (canonical JSON, seq order) from the projections.
+pub async fn session_events(
+    backends: &Backends,
+    tenant: &str,
+    session: &str,
+) -> Result<Vec<Event>, Error> {
+    let mut out = Vec::new();
+    let mut after = 0u64;
+    loop {
+        let page = backends.store.events(tenant, session, after, 5000).await?;
+        if page.is_empty() {
+            break;
+        }
+        for v in page {
+            let e = Event::from_json(v, None)
+                .map_err(|e| Error::Invalid(format!("stored event does not parse: {e}")))?;
+            after = after.max(e.seq.unwrap_or(after));
+            out.push(e);
+        }
+    }
+    Ok(out)
+}
+
+/// An explicit compaction of a session's branch (`strata compact`, `POST .../compact`): reads
+/// its events from the projections, compacts after the latest successful compaction, appends
+/// the record (successful or failed) and returns it. `None` when there is nothing to compact.
+pub async fn compact_session(
+    backends: &Backends,
+    ingestor: &Ingestor,
+    tenant: &str,
+    session: &str,
+    branch: &str,
+    keep_turns: usize,
+) -> Result<Option<CompactionRecord>, Error> {
+    if branch != MAIN_BRANCH {
+        return Err(Error::Invalid(
+            "compaction of forked branches is not supported yet".into(),
+        ));
+    }
+    let events: Vec<Event> = session_events(backends, tenant, session)
+        .await?
+        .into_iter()
+        .filter(|e| e.branch_id == branch)
+        .collect();
+    let previous = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::CompactionCompleted(p) => CompactionRecord::from_payload(p),
+            _ => None,
+        })
+        .rfind(CompactionRecord::succeeded);
+    let Some(record) = compact(
+        &events,
+        previous.as_ref(),
+        keep_turns,
+        &DeterministicSummarizer,
+        &O200k as &dyn TokenCounter,
+    ) else {
+        return Ok(None);
+    };
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| !e.is_derived())
+        .expect("a compaction has events");
+    ingestor
+        .ingest(
+            &Publisher::Operator,
+            vec![(compaction_event(&record, last), None)],
+        )
+        .await
+        .map_err(|e| Error::Append(e.to_string()))?;
+    Ok(Some(record))
 }

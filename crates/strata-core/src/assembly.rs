@@ -13,7 +13,7 @@
 //! Large tool outputs are never inlined: they appear as their preview plus the artifact ref; in
 //! turns older than the verbatim window, inline outputs are cut to a preview too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -110,6 +110,12 @@ pub enum OmissionReason {
     AuditOnly,
     /// A tool result with no preceding call: never sent to a provider (invariant 1).
     OrphanResult,
+    /// Raw events a successful compaction's summary stands in for.
+    Compacted,
+    /// A tool memory whose raw output is in the context verbatim.
+    Redundant,
+    /// A memory of another session, project or tenant that its scope keeps out.
+    OtherScope,
 }
 
 /// A message of the current branch lineage, with the tool calls it asked for.
@@ -174,6 +180,20 @@ pub struct Snapshot {
     /// Tool calls announced standalone (`ToolCallRequested` without a response message).
     pub transcript_tokens: u64,
     pub orphan_results: u64,
+    /// The project the session belongs to (memories of other projects never reach it).
+    #[serde(default)]
+    pub project_id: Option<String>,
+    /// Memory candidates: the session's own and the project's and user's (superseded ones
+    /// included, with `superseded_by`, so that their omission is recorded).
+    #[serde(default)]
+    pub memories: Vec<crate::memory::Memory>,
+    /// The latest successful compaction of the branch.
+    #[serde(default)]
+    pub compaction: Option<crate::compaction::CompactionRecord>,
+    /// Time of the session's newest event: what staleness is judged against (a snapshot carries
+    /// its own clock, so assembly stays deterministic).
+    #[serde(default)]
+    pub as_of: Option<String>,
 }
 
 /// Output format of the payload.
@@ -411,9 +431,50 @@ pub fn assemble_with_policy(
     }
     let tool_tokens = snapshot.tools_tokens;
 
+    // The latest successful compaction stands in for everything before its first kept event
+    // (the raw events stay on the log and in the projections, readable and exportable).
+    let compaction = snapshot
+        .compaction
+        .as_ref()
+        .filter(|c| c.succeeded() && c.first_kept_seq > 0);
+    let live: Vec<&TimelineMessage> = match compaction {
+        Some(c) => {
+            let (old, live): (Vec<&TimelineMessage>, Vec<&TimelineMessage>) = snapshot
+                .messages
+                .iter()
+                .partition(|m| m.seq < c.first_kept_seq);
+            let summary = c.render();
+            units.push(Unit {
+                kind: "compaction_summary",
+                tier: Tier::P1,
+                reason: format!(
+                    "latest successful compaction {} stands in for events {}..{} (check passed)",
+                    c.compaction_id, c.first_event_id, c.last_event_id
+                ),
+                sources: vec![c.first_event_id.clone(), c.last_event_id.clone()],
+                rendering: "summary",
+                tokens: tokens.count(&summary) + MESSAGE_OVERHEAD_TOKENS,
+                messages: vec![BundleMessage::System { text: summary }],
+                protected: true,
+                order: (1, 0, 3),
+            });
+            if !old.is_empty() || snapshot.messages_before_window > 0 {
+                omitted_items.push(Omission {
+                    kind: "compacted_range".into(),
+                    tier: Tier::P3,
+                    reason: OmissionReason::Compacted,
+                    source_event_ids: old.iter().map(|m| m.event_id.clone()).collect(),
+                    tokens: old.iter().map(|m| m.tokens).sum(),
+                });
+            }
+            live
+        }
+        None => snapshot.messages.iter().collect(),
+    };
+
     // Split messages into turns (a user message and what followed it).
     let mut turns: Vec<Vec<&TimelineMessage>> = Vec::new();
-    for m in &snapshot.messages {
+    for m in live {
         if m.role == "user" || turns.is_empty() {
             turns.push(Vec::new());
         }
@@ -428,7 +489,8 @@ pub fn assemble_with_policy(
     for (i, m) in current_turn.iter().enumerate() {
         let is_request = i == 0 && m.role == "user";
         let has_open = m.tool_calls.iter().any(|c| c.status.is_open());
-        let (messages, sources, t) = render_message(m, Rendering::Current, tokens);
+        let (messages, sources, t) =
+            render_message(m, Rendering::Current, &BTreeMap::new(), tokens);
         for c in m.tool_calls.iter().filter(|c| c.status.is_open()) {
             pending_sources.push(c.request_event_id.clone());
         }
@@ -547,6 +609,16 @@ pub fn assemble_with_policy(
     // digested (P3) lazily below: only as many as the budget can take are rendered.
     let completed: Vec<&Vec<&TimelineMessage>> = turns.iter().rev().collect();
     let verbatim_count = request.verbatim_turns.min(completed.len());
+    let memo: BTreeMap<&str, &crate::memory::Memory> = snapshot
+        .memories
+        .iter()
+        .filter(|m| {
+            m.superseded_by.is_none()
+                && m.kind == "tool_memory"
+                && m.privacy_class < PrivacyClass::Confidential
+        })
+        .filter_map(|m| m.tool_call_id.as_deref().map(|c| (c, m)))
+        .collect();
     let render_turn = |age: usize, turn: &[&TimelineMessage]| -> Unit {
         let verbatim = age < request.verbatim_turns;
         let mode = if verbatim {
@@ -558,7 +630,7 @@ pub fn assemble_with_policy(
         let mut sources = Vec::new();
         let mut t = 0;
         for m in turn {
-            let (msgs, src, mt) = render_message(m, mode, tokens);
+            let (msgs, src, mt) = render_message(m, mode, &memo, tokens);
             messages.extend(msgs);
             sources.extend(src);
             t += mt;
@@ -590,6 +662,15 @@ pub fn assemble_with_policy(
         .map(|(age, turn)| render_turn(age, turn))
         .collect();
 
+    // Memories (P2): governed, each included or omitted with its reason.
+    let verbatim_calls: BTreeSet<&str> = current_turn
+        .iter()
+        .chain(completed[..verbatim_count].iter().flat_map(|t| t.iter()))
+        .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str()))
+        .collect();
+    let (memory_units, memory_omissions) = select_memories(snapshot, &verbatim_calls, tokens);
+    omitted_items.extend(memory_omissions);
+
     // Selection: P0 always; then the current turn's other steps newest first; then state,
     // recent turns, facts, digests.
     let mut used: u64 = tool_tokens + REPLY_PRIMING_TOKENS;
@@ -617,11 +698,12 @@ pub fn assemble_with_policy(
     rest.extend(other_steps.into_iter().rev());
     rest.extend(turn_units);
     rest.extend(facts_unit);
+    rest.extend(memory_units);
     // Once a turn of some tier does not fit, older turns of that tier are not considered, so the
     // kept turns stay contiguous with the present.
     let mut closed_tiers: Vec<Tier> = Vec::new();
     for u in rest {
-        let is_turn = u.kind != "decisions_and_facts";
+        let is_turn = u.kind != "decisions_and_facts" && u.kind != "memory";
         if is_turn && closed_tiers.contains(&u.tier) {
             omitted_items.push(Omission {
                 kind: u.kind.to_owned(),
@@ -681,7 +763,12 @@ pub fn assemble_with_policy(
         *omitted.entry(o.reason).or_default() += 1;
     }
     if snapshot.messages_before_window > 0 {
-        *omitted.entry(OmissionReason::Budget).or_default() += snapshot.messages_before_window;
+        let reason = if compaction.is_some() {
+            OmissionReason::Compacted
+        } else {
+            OmissionReason::Budget
+        };
+        *omitted.entry(reason).or_default() += snapshot.messages_before_window;
     }
     if snapshot.orphan_results > 0 {
         omitted.insert(OmissionReason::OrphanResult, snapshot.orphan_results);
@@ -755,6 +842,7 @@ enum Rendering {
 fn render_message(
     m: &TimelineMessage,
     mode: Rendering,
+    memo: &BTreeMap<&str, &crate::memory::Memory>,
     tokens: &dyn TokenCounter,
 ) -> (Vec<BundleMessage>, Vec<String>, u64) {
     let mut sources = vec![m.event_id.clone()];
@@ -813,6 +901,11 @@ fn render_message(
                 sources.push(c.request_event_id.clone());
                 sources.extend(c.result_event_id.clone());
                 let outcome = match (&c.error, &c.output_preview, &c.output) {
+                    // The tool memory stands in for the raw output of an older turn.
+                    _ if memo.contains_key(c.tool_call_id.as_str()) => {
+                        let mem = memo[c.tool_call_id.as_str()];
+                        format!("[memory {}] {}", mem.memory_id, mem.text)
+                    }
                     (Some(e), _, _) => format!("failed: {}", truncate_chars(e, 120)),
                     (None, Some(p), _) => truncate_chars(&one_line(last_lines(p, 2)), 160),
                     (None, None, Some(o)) => truncate_chars(&one_line(last_lines(o, 2)), 160),
@@ -1071,4 +1164,152 @@ fn render_facts(s: &AgentState) -> (String, Vec<String>) {
     sources.sort();
     sources.dedup();
     (format!("## Decisions and facts\n{text}"), sources)
+}
+
+/// At most this many memories are offered to the budget.
+const MAX_MEMORIES: usize = 24;
+
+/// The memory units of an assembly and the memories left out, each with its reason.
+fn select_memories(
+    snapshot: &Snapshot,
+    verbatim_calls: &BTreeSet<&str>,
+    tokens: &dyn TokenCounter,
+) -> (Vec<Unit>, Vec<Omission>) {
+    use crate::memory::{retrievable, Scope};
+    use crate::payload::FreshnessClass;
+    let as_of = snapshot
+        .as_of
+        .as_deref()
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&chrono::Utc));
+    let project = snapshot.project_id.clone().unwrap_or_default();
+    let mut units = Vec::new();
+    let mut omitted = Vec::new();
+    let omit = |omitted: &mut Vec<Omission>, m: &crate::memory::Memory, reason| {
+        omitted.push(Omission {
+            kind: "memory".into(),
+            tier: Tier::P2,
+            reason,
+            source_event_ids: m.source_refs.clone(),
+            tokens: 0,
+        });
+    };
+    // Newest first, so that the cap keeps the freshest.
+    let mut offered = 0usize;
+    for (i, m) in snapshot.memories.iter().enumerate().rev() {
+        if !retrievable(
+            m,
+            &snapshot.tenant_id,
+            &project,
+            &snapshot.session_id,
+            &snapshot.participant_id,
+        ) {
+            let reason = if m.tenant_id == snapshot.tenant_id
+                && m.session_id == snapshot.session_id
+                && m.scope == Scope::Session
+            {
+                OmissionReason::OtherParticipant
+            } else {
+                OmissionReason::OtherScope
+            };
+            omit(&mut omitted, m, reason);
+            continue;
+        }
+        if m.superseded_by.is_some() {
+            omit(&mut omitted, m, OmissionReason::Superseded);
+            continue;
+        }
+        // No provider allow-list exists yet: confidential and restricted memories stay out.
+        if m.privacy_class >= PrivacyClass::Confidential {
+            omit(&mut omitted, m, OmissionReason::PrivacyProvider);
+            continue;
+        }
+        if m.tool_call_id
+            .as_deref()
+            .is_some_and(|c| verbatim_calls.contains(c))
+        {
+            omit(&mut omitted, m, OmissionReason::Redundant);
+            continue;
+        }
+        let stale = as_of.as_ref().is_some_and(|t| m.is_stale_at(t));
+        if stale && m.freshness_class == FreshnessClass::Volatile {
+            omit(&mut omitted, m, OmissionReason::Stale);
+            continue;
+        }
+        if offered >= MAX_MEMORIES {
+            omit(&mut omitted, m, OmissionReason::Budget);
+            continue;
+        }
+        offered += 1;
+        let mut text = format!(
+            "[memory {}] ({} {}, {}, confidence {:.2} from {}, observed {}) {}",
+            m.memory_id,
+            m.scope.as_str(),
+            m.kind,
+            m.family,
+            m.confidence,
+            m.confidence_basis,
+            m.observed_at,
+            m.text
+        );
+        let mut reason = match m.scope {
+            Scope::Session => "session memory".to_owned(),
+            s => format!("{} memory of this {}", m.kind, s.as_str()),
+        };
+        if stale {
+            text.push_str(&format!(
+                " [STALE since {}: not current; revalidate with `{}`]",
+                m.stale_after.as_deref().unwrap_or("?"),
+                m.revalidate_with.as_deref().unwrap_or("the source tool")
+            ));
+            reason.push_str(", stale: marked with a revalidation hint");
+        }
+        if let Some(call) = &m.tool_call_id {
+            reason.push_str(&format!(
+                ", stands in for the raw output of call {call} (not in the verbatim turns)"
+            ));
+        }
+        let mut conflicts = m.conflicts_with.clone();
+        conflicts.extend(
+            snapshot
+                .memories
+                .iter()
+                .filter(|o| {
+                    // Only the other side if it may be shown itself.
+                    o.conflicts_with.contains(&m.memory_id)
+                        && o.privacy_class < PrivacyClass::Confidential
+                        && retrievable(
+                            o,
+                            &snapshot.tenant_id,
+                            &project,
+                            &snapshot.session_id,
+                            &snapshot.participant_id,
+                        )
+                })
+                .map(|o| o.memory_id.clone()),
+        );
+        if !conflicts.is_empty() {
+            text.push_str(&format!(
+                " [CONFLICTS with {}; sources {}]",
+                conflicts.join(", "),
+                m.source_refs.join(", ")
+            ));
+            reason.push_str(", conflict kept: both sides shown with their sources");
+        }
+        if !m.supersedes.is_empty() {
+            reason.push_str(&format!(", successor of {}", m.supersedes.join(", ")));
+        }
+        units.push(Unit {
+            kind: "memory",
+            tier: Tier::P2,
+            reason,
+            sources: m.source_refs.clone(),
+            rendering: "memory",
+            tokens: tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS,
+            messages: vec![BundleMessage::System { text }],
+            protected: false,
+            order: (1, 1, i as u32),
+        });
+    }
+    (units, omitted)
 }

@@ -4,7 +4,9 @@
 //! bytes.
 
 pub mod assembly;
+pub mod compaction;
 pub mod event;
+pub mod memory;
 pub mod payload;
 pub mod projection;
 pub mod render;

@@ -754,7 +754,12 @@ pub fn apply(
             superseded_by: p.superseded_by.clone(),
         }),
         Payload::CompactionCompleted(p) => {
-            fold.branch_mut(&branch_id).state.last_compaction_id = Some(p.compaction_id.clone());
+            // A failed compaction is recorded (with its reasons) but replaces nothing.
+            let failed = p.extra.get("status").and_then(Value::as_str) == Some("failed");
+            if !failed {
+                fold.branch_mut(&branch_id).state.last_compaction_id =
+                    Some(p.compaction_id.clone());
+            }
             changes.push(Change::Compaction(DerivedRow {
                 tenant_id: tenant.clone(),
                 session_id: session.clone(),

@@ -14,7 +14,9 @@ use sqlx::{
     Arguments, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type,
 };
 use strata_core::assembly::{Snapshot, TimelineMessage, ToolPair};
-use strata_core::payload::PrivacyClass;
+use strata_core::compaction::CompactionRecord;
+use strata_core::memory::Memory;
+use strata_core::payload::{CompactionCompleted, MemoryRecorded, PrivacyClass};
 use strata_core::projection::{SessionFold, ToolStatus, DEFAULT_PARTICIPANT};
 
 use crate::{Error, Result};
@@ -462,6 +464,64 @@ where
     }
     messages.sort_by_key(|(_, m)| m.seq);
 
+    // Governed memory: the project (from the session's own memories), the candidates, the
+    // latest successful compaction of the branch, and the snapshot's clock.
+    let Statement { sql, args } = {
+        let mut q =
+            Statement::for_session("SELECT project_id FROM memories", stored, tenant, session);
+        q.push(" AND project_id IS NOT NULL ORDER BY seq LIMIT 1");
+        q
+    };
+    let project_id: Option<String> = sqlx::query_with(&sql, args)
+        .fetch_optional(pool)
+        .await?
+        .map(|r| r.get::<String, _>(0));
+    let Statement { sql, args } = {
+        let mut q = Statement::new("SELECT record, superseded_by FROM memories WHERE tenant_id = ");
+        q.bind(stored(tenant).into_owned())
+            .push(" AND (session_id = ")
+            .bind(stored(session).into_owned())
+            .push(" OR scope IN ('user', 'global')");
+        if let Some(p) = &project_id {
+            q.push(" OR (scope IN ('project', 'workspace') AND project_id = ")
+                .bind(stored(p).into_owned())
+                .push(")");
+        }
+        q.push(") ORDER BY seq, memory_id LIMIT 2000");
+        q
+    };
+    let mut memories = Vec::new();
+    for r in sqlx::query_with(&sql, args).fetch_all(pool).await? {
+        let record: MemoryRecorded = parse_json(&r.get::<String, _>(0), "memory record")?;
+        // A record that is not a governed memory (invariants 10, 11) is never offered.
+        if let Ok(mut m) = Memory::from_payload(&record) {
+            m.superseded_by = r.get::<Option<String>, _>(1);
+            memories.push(m);
+        }
+    }
+    let Statement { sql, args } = {
+        let mut q =
+            Statement::for_session("SELECT record FROM compactions", stored, tenant, session);
+        q.push(" AND branch_id = ")
+            .bind(stored(branch).into_owned())
+            .push(" ORDER BY seq DESC");
+        q
+    };
+    let mut compaction = None;
+    for r in sqlx::query_with(&sql, args).fetch_all(pool).await? {
+        let p: CompactionCompleted = parse_json(&r.get::<String, _>(0), "compaction record")?;
+        if let Some(c) = CompactionRecord::from_payload(&p).filter(CompactionRecord::succeeded) {
+            compaction = Some(c);
+            break;
+        }
+    }
+    let Statement { sql, args } =
+        Statement::for_session("SELECT max(timestamp) FROM events", stored, tenant, session);
+    let as_of: Option<String> = sqlx::query_with(&sql, args)
+        .fetch_one(pool)
+        .await?
+        .get::<Option<String>, _>(0);
+
     let participant_id = participant
         .map(str::to_owned)
         .or_else(|| fold.primary_participant.clone())
@@ -487,5 +547,9 @@ where
         loose_tool_calls: loose,
         transcript_tokens: branch_fold.transcript_tokens,
         orphan_results: fold.orphan_results,
+        project_id,
+        memories,
+        compaction,
+        as_of,
     }))
 }

@@ -225,6 +225,7 @@ conformance!(
     api_keys,
     fingerprint_equal_for_equal_content,
     text_with_nul_projects,
+    snapshot_memories_and_compaction,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1253,4 +1254,156 @@ async fn text_with_nul_projects(backend: Arc<Backend>) {
         shown(snap.messages[1].tool_calls[0].output.as_deref().unwrap()),
         "binary\u{FFFD}output"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Governed memory and compaction (issue 4)
+
+/// Pushes a raw event and what the memory engine derives from it.
+fn push_with_memory(
+    feed: &mut Feed,
+    engine: &mut strata_core::memory::MemoryEngine,
+    ty: &str,
+    payload: Value,
+) {
+    feed.push("main", ty, payload);
+    let event = Event::from_json(feed.events.last().unwrap().clone(), None).unwrap();
+    for d in engine.observe(&event) {
+        let p = d.payload.to_json();
+        feed.push("main", d.payload.event_type().as_str(), p);
+    }
+}
+
+fn memory_session(
+    engine: &mut strata_core::memory::MemoryEngine,
+    tenant: &str,
+    session: &str,
+    project: &str,
+    status: &str,
+) -> Feed {
+    let mut feed = Feed::new(tenant, session, 0);
+    push_with_memory(
+        &mut feed,
+        engine,
+        "SessionStarted",
+        json!({"model": {"provider": "openai", "model": "gpt-4o"},
+            "context_window_tokens": 128000, "reserved_output_tokens": 8000,
+            "project_id": project}),
+    );
+    push_with_memory(
+        &mut feed,
+        engine,
+        "ModelResponseReceived",
+        json!({"message_id": "a1", "text": "I think the cache is stale.",
+            "tool_calls": [{"tool_call_id": "c1", "name": "crm.get_order", "args": {"id": 7}}]}),
+    );
+    push_with_memory(
+        &mut feed,
+        engine,
+        "ToolCallFinished",
+        json!({"tool_call_id": "c1", "output": "{\"order_id\": \"7\", \"status\": \"open\"}"}),
+    );
+    push_with_memory(
+        &mut feed,
+        engine,
+        "ModelResponseReceived",
+        json!({"message_id": "a2", "text": "",
+            "tool_calls": [{"tool_call_id": "c2", "name": "crm.get_order", "args": {"id": 7}}]}),
+    );
+    push_with_memory(
+        &mut feed,
+        engine,
+        "ToolCallFinished",
+        json!({"tool_call_id": "c2",
+            "output": format!("{{\"order_id\": \"7\", \"status\": \"{status}\"}}")}),
+    );
+    feed
+}
+
+async fn snapshot_memories_and_compaction(backend: Arc<Backend>) {
+    let s = backend.open().await;
+    let store = s.store.as_ref();
+    let mut engine = strata_core::memory::MemoryEngine::default();
+    let mut a1 = memory_session(&mut engine, "acme", "a1", "alpha", "closed");
+    push_with_memory(
+        &mut a1,
+        &mut engine,
+        "UserPromptSubmitted",
+        json!({"message_id": "u1", "text": "Remember: answer in French"}),
+    );
+    let mut a2 = memory_session(&mut engine, "acme", "a2", "alpha", "closed");
+    let mut b1 = memory_session(&mut engine, "acme", "b1", "beta", "closed");
+    let mut x1 = memory_session(&mut engine, "other", "x1", "alpha", "closed");
+    // A failed compaction, then a successful one: only the latter stands.
+    for (id, status) in [("cmp_ok", "completed"), ("cmp_failed", "failed")] {
+        let record = json!({"compaction_id": id, "tenant_id": "acme", "session_id": "a1",
+            "branch_id": "main", "status": status, "first_event_id": "a1-1",
+            "last_event_id": "a1-2", "first_seq": 1, "last_seq": 2,
+            "first_kept_event_id": "a1-3", "first_kept_seq": 3, "tokens_before": 100,
+            "tokens_after": 10, "goal": "g", "current_task": null, "constraints": [],
+            "progress": {"done": [], "in_progress": []}, "decisions": [], "files_read": [],
+            "files_modified": [], "tool_results": [], "errors": [], "open_questions": [],
+            "next_steps": ["n"], "provenance": {"summarizer": "x", "previous_compaction_id": null,
+            "source_event_ids": ["a1-1", "a1-2"]},
+            "check": {"passed": status == "completed", "has_task": true, "has_next_steps": true,
+            "missing_modified_files": [], "dropped_unresolved_errors": [],
+            "split_tool_calls": [], "failures": []}});
+        a1.push(
+            "main",
+            "CompactionCompleted",
+            json!({"compaction_id": id, "first_event_id": "a1-1", "last_event_id": "a1-2",
+                "first_kept_event_id": "a1-3", "tokens_before": 100, "tokens_after": 10,
+                "summary": record, "status": status}),
+        );
+    }
+    store
+        .commit_batch(batch(&mut [&mut a1, &mut a2, &mut b1, &mut x1]))
+        .await
+        .unwrap();
+
+    let snap = snapshot(store, &a2, "main", 100).await;
+    assert_eq!(snap.project_id.as_deref(), Some("alpha"));
+    assert!(snap.as_of.is_some());
+    let ids = |s: &Snapshot| -> Vec<(String, String, bool)> {
+        s.memories
+            .iter()
+            .map(|m| {
+                (
+                    m.session_id.clone(),
+                    m.kind.clone(),
+                    m.superseded_by.is_some(),
+                )
+            })
+            .collect()
+    };
+    let got = ids(&snap);
+    // a1's guess (session scope) never reaches a2; a1's project facts and user memory do.
+    assert!(
+        !got.iter().any(|(s, k, _)| s == "a1" && k == "hypothesis"),
+        "{got:?}"
+    );
+    assert!(got.iter().any(|(s, k, _)| s == "a1" && k == "tool_memory"));
+    assert!(got
+        .iter()
+        .any(|(s, k, _)| s == "a1" && k == "user_preference"));
+    assert!(got
+        .iter()
+        .any(|(s, k, sup)| s == "a2" && k == "tool_memory" && *sup));
+    assert!(got.iter().all(|(s, _, _)| s == "a1" || s == "a2"));
+    // Another project sees only its own and the user's; another tenant nothing of acme's.
+    let got = ids(&snapshot(store, &b1, "main", 100).await);
+    assert!(
+        got.iter()
+            .all(|(s, k, _)| s == "b1" || k == "user_preference"),
+        "{got:?}"
+    );
+    let got = ids(&snapshot(store, &x1, "main", 100).await);
+    assert!(got.iter().all(|(s, _, _)| s == "x1"), "{got:?}");
+    // The latest successful compaction, not the later failed one.
+    let snap = snapshot(store, &a1, "main", 100).await;
+    assert_eq!(
+        snap.compaction.as_ref().map(|c| c.compaction_id.as_str()),
+        Some("cmp_ok")
+    );
+    assert!(snap.state.last_compaction_id.as_deref() == Some("cmp_ok"));
 }

@@ -15,6 +15,12 @@ struct Opts {
     /// Consumer group.
     #[arg(long, default_value = strata_compactor::DEFAULT_GROUP)]
     group: String,
+    /// Compact when a session's uncompacted tokens exceed this fraction of its budget.
+    #[arg(long, env = "STRATA_COMPACT_THRESHOLD", default_value_t = 0.6)]
+    threshold: f64,
+    /// User turns kept verbatim after a compaction's cut.
+    #[arg(long, env = "STRATA_COMPACT_KEEP_TURNS", default_value_t = 2)]
+    keep_turns: usize,
 }
 
 #[tokio::main]
@@ -24,9 +30,13 @@ async fn main() -> anyhow::Result<()> {
     let backends = Backends::open(&opts.backends, "strata-compactor").await?;
     let worker = backends.clone();
     let group = opts.group.clone();
+    let mut planner = strata_compactor::Planner::new(strata_compactor::CompactorOptions {
+        threshold: opts.threshold,
+        keep_turns: opts.keep_turns,
+    });
     let (stats, by_type) =
         strata_runtime::admin::run_worker(backends, opts.admin_listen, |stop| async move {
-            strata_compactor::run(&worker, &group, stop).await
+            strata_compactor::run_with(&worker, &group, &mut planner, stop).await
         })
         .await
         .map_err(|e| anyhow::anyhow!(e))?;

@@ -1,0 +1,198 @@
+//! A 150+ event coding-agent session run through ingest, the memory extractor, the compactor,
+//! the projector and the assembler: after each compaction the assembled context still holds the
+//! goal, the hard constraints, every modified file, the unresolved error and the next step, and
+//! no tool pair is split. Replaying the log from offset 0 into fresh projections reproduces the
+//! same memories and compactions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use strata_assembler::{Assembler, AssemblerOptions, ContextRequest};
+use strata_compactor::scenario::{self, coding_session};
+use strata_compactor::{CompactorOptions, Planner};
+use strata_core::assembly::OmissionReason;
+use strata_core::memory::MemoryEngine;
+use strata_ingest::{IngestOptions, Ingestor, Publisher};
+use strata_log::FsyncPolicy;
+use strata_runtime::{BackendOpts, Backends};
+
+const TURNS: usize = 30;
+
+/// Tool pairs in an OpenAI-style payload are never split: every tool message answers a call of
+/// the assistant message before it, and every call is answered.
+fn assert_no_split_pair(payload: &Value) {
+    let messages = payload["messages"].as_array().unwrap();
+    let mut open: Vec<String> = Vec::new();
+    for m in messages {
+        match m["role"].as_str().unwrap() {
+            "assistant" => {
+                assert!(open.is_empty(), "calls without results: {open:?}");
+                for c in m["tool_calls"].as_array().into_iter().flatten() {
+                    open.push(c["id"].as_str().unwrap().to_owned());
+                }
+            }
+            "tool" => {
+                let id = m["tool_call_id"].as_str().unwrap();
+                let pos = open
+                    .iter()
+                    .position(|x| x == id)
+                    .expect("result has its call");
+                open.remove(pos);
+            }
+            _ => assert!(open.is_empty(), "calls without results: {open:?}"),
+        }
+    }
+    assert!(open.is_empty(), "calls without results: {open:?}");
+}
+
+#[tokio::test]
+async fn a_long_coding_session_survives_repeated_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = BackendOpts {
+        fsync: FsyncPolicy::Never,
+        ..BackendOpts::embedded(dir.path())
+    };
+    let backends = Backends::open(&opts, "test").await.unwrap();
+    let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
+    let assembler = Assembler::new(
+        backends.clone(),
+        ingestor.clone(),
+        AssemblerOptions {
+            record_assemblies: false,
+            ..AssemblerOptions::default()
+        },
+    );
+    let events = coding_session("t", "s", TURNS);
+    assert!(events.len() >= 150, "{} events", events.len());
+    // Deliver the session turn by turn, as an agent would.
+    let mut chunks: Vec<Vec<Value>> = Vec::new();
+    for e in events {
+        if e["type"] == "UserPromptSubmitted" || chunks.is_empty() {
+            chunks.push(Vec::new());
+        }
+        chunks.last_mut().unwrap().push(e);
+    }
+    let mut engine = MemoryEngine::default();
+    let mut planner = Planner::new(CompactorOptions {
+        threshold: 0.4,
+        keep_turns: 2,
+    });
+    let mut compactions = 0u64;
+    let mut checked = 0;
+    let mut modified: Vec<String> = Vec::new();
+    for chunk in chunks {
+        for e in &chunk {
+            if let Some(p) = e["payload"]["path"].as_str() {
+                if e["type"] == "FileWritten" || e["type"] == "DiffApplied" {
+                    modified.push(p.to_owned());
+                }
+            }
+        }
+        ingestor
+            .ingest_json(&Publisher::Operator, chunk)
+            .await
+            .unwrap();
+        let (m, c) = tokio::join!(
+            strata_memory::run_with(
+                &backends,
+                strata_memory::DEFAULT_GROUP,
+                &mut engine,
+                tokio::time::sleep(Duration::from_millis(250))
+            ),
+            strata_compactor::run_with(
+                &backends,
+                strata_compactor::DEFAULT_GROUP,
+                &mut planner,
+                tokio::time::sleep(Duration::from_millis(250))
+            ),
+        );
+        m.unwrap();
+        let (_, by_type) = c.unwrap();
+        assert_eq!(
+            by_type.get("failed"),
+            None,
+            "no compaction of this session fails"
+        );
+        strata_projector::catch_up(&backends).await.unwrap();
+        let new = by_type.get("compactions").copied().unwrap_or(0);
+        if new == 0 {
+            continue;
+        }
+        compactions += new;
+        let a = assembler
+            .context("t", "s", &ContextRequest::default())
+            .await
+            .unwrap();
+        let text = a.payload.to_string();
+        assert!(a
+            .assembly
+            .included
+            .iter()
+            .any(|s| s.kind == "compaction_summary"));
+        assert!(a.assembly.omitted.contains_key(&OmissionReason::Compacted));
+        assert!(text.contains(scenario::GOAL), "goal");
+        for c in scenario::CONSTRAINTS {
+            assert!(text.contains(c), "constraint {c}");
+        }
+        for f in &modified {
+            assert!(text.contains(f.as_str()), "modified file {f}");
+        }
+        // The unresolved error of the moment: the last failing test run.
+        assert!(text.contains("FAILED") || text.contains(scenario::UNRESOLVED_ERROR));
+        assert!(
+            text.contains("Next steps") || text.contains("Plan"),
+            "next step"
+        );
+        assert_no_split_pair(&a.payload);
+        checked += 1;
+    }
+    assert!(compactions >= 2, "{compactions} compactions");
+    assert!(checked >= 2);
+
+    // The end of the session: the unresolved error and the stated next step are in the context,
+    // the older raw tool outputs are replaced by tool memories, and the context is far smaller
+    // than a transcript replay.
+    let a = assembler
+        .context("t", "s", &ContextRequest::default())
+        .await
+        .unwrap();
+    let text = a.payload.to_string();
+    assert!(
+        text.contains(scenario::UNRESOLVED_ERROR),
+        "unresolved error"
+    );
+    assert!(text.contains(scenario::NEXT_STEP), "next step");
+    for f in scenario::modified_files(TURNS) {
+        assert!(text.contains(&f), "modified file {f}");
+    }
+    assert!(a.assembly.included.iter().any(|s| s.kind == "memory"));
+    assert_no_split_pair(&a.payload);
+    assert!(
+        a.assembly.context_tokens * 3 < a.assembly.transcript_tokens,
+        "{} vs {}",
+        a.assembly.context_tokens,
+        a.assembly.transcript_tokens
+    );
+
+    // Invariant 8: the raw events stay readable after compaction.
+    let stored = backends.store.events("t", "s", 0, 100_000).await.unwrap();
+    assert!(stored.iter().any(|e| e["event_id"] == "s-00001"));
+
+    // Replay from offset 0 into fresh projections: the same memories and compactions.
+    let before = backends.store.fingerprint().await.unwrap();
+    drop(assembler);
+    drop(ingestor);
+    drop(backends);
+    let fresh = BackendOpts {
+        db_url: Some(format!("sqlite://{}/fresh.db", dir.path().display())),
+        ..opts.clone()
+    };
+    let replayed = Backends::open(&fresh, "test-replay").await.unwrap();
+    strata_projector::catch_up(&replayed).await.unwrap();
+    let after = replayed.store.fingerprint().await.unwrap();
+    for table in ["memories", "compactions", "events", "session_folds"] {
+        assert_eq!(before.get(table), after.get(table), "{table}");
+    }
+    assert!(after["compactions"].0 >= 2);
+}

@@ -1,0 +1,860 @@
+//! Auditable compaction (SPEC §6): range selection, a pluggable [`Summarizer`] with a
+//! deterministic default, and the [`CompressionCheck`] that decides whether a compaction may
+//! stand in for its range.
+//!
+//! A compaction is cumulative: it summarises the branch from its first event up to a cut, merging
+//! the previous compaction's record, so the latest successful compaction alone stands in for
+//! everything before its `first_kept_event_id`. The raw log is never touched (invariant 8): a
+//! compaction is one more derived event. A compaction whose check fails is recorded with status
+//! `failed` and its reasons, and replaces nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::event::Event;
+use crate::memory::{Extractor, RuleExtractor, ToolObservation};
+use crate::payload::{CompactionCompleted, Payload};
+use crate::projection::truncate_chars;
+use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
+
+/// Version of the default summarizer.
+pub const SUMMARIZER_VERSION: &str = "strata.summarize/1";
+/// Important tool results kept per compaction.
+const MAX_TOOL_RESULTS: usize = 12;
+
+/// Done and in-progress work.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub done: Vec<String>,
+    pub in_progress: Vec<String>,
+}
+
+/// A tool result worth keeping, with where its full output is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultNote {
+    pub tool: String,
+    pub tool_call_id: String,
+    pub summary: String,
+    pub artifact_ref: Option<String>,
+    pub event_id: String,
+}
+
+/// An error seen in the range, how often it was retried and whether it was resolved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorNote {
+    pub tool: String,
+    pub tool_call_id: String,
+    pub message: String,
+    pub attempts: u32,
+    pub resolved: bool,
+    pub event_id: String,
+}
+
+/// What a summarizer writes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub goal: Option<String>,
+    pub current_task: Option<String>,
+    pub constraints: Vec<String>,
+    pub progress: Progress,
+    pub decisions: Vec<String>,
+    pub files_read: Vec<String>,
+    pub files_modified: Vec<String>,
+    pub tool_results: Vec<ToolResultNote>,
+    pub errors: Vec<ErrorNote>,
+    pub open_questions: Vec<String>,
+    pub next_steps: Vec<String>,
+}
+
+/// The checks a compaction must pass to stand in for its range.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompressionCheck {
+    pub passed: bool,
+    pub has_task: bool,
+    pub has_next_steps: bool,
+    /// Files modified in the range that the summary does not name.
+    pub missing_modified_files: Vec<String>,
+    /// Unresolved errors of the range the summary drops.
+    pub dropped_unresolved_errors: Vec<String>,
+    /// Tool calls whose request and result would fall on different sides of the cut, or that
+    /// are still pending inside the range (invariant 2).
+    pub split_tool_calls: Vec<String>,
+    pub failures: Vec<String>,
+}
+
+/// Where a compaction's content comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub summarizer: String,
+    /// The previous compaction merged into this one.
+    pub previous_compaction_id: Option<String>,
+    /// Raw events summarised for the first time by this compaction.
+    pub source_event_ids: Vec<String>,
+}
+
+/// The compaction record of SPEC §6.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompactionRecord {
+    pub compaction_id: String,
+    pub tenant_id: String,
+    pub session_id: String,
+    pub branch_id: String,
+    /// `completed` or `failed`.
+    pub status: String,
+    /// Summarised range, inclusive (invariant 3).
+    pub first_event_id: String,
+    pub last_event_id: String,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    /// The first event kept verbatim after the range.
+    pub first_kept_event_id: String,
+    pub first_kept_seq: u64,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    #[serde(flatten)]
+    pub summary: Summary,
+    pub provenance: Provenance,
+    pub check: CompressionCheck,
+}
+
+impl CompactionRecord {
+    /// Whether the compaction may stand in for its range.
+    pub fn succeeded(&self) -> bool {
+        self.status == "completed" && self.check.passed
+    }
+
+    /// The record as it travels on the log.
+    pub fn to_payload(&self) -> CompactionCompleted {
+        let mut extra = Map::new();
+        extra.insert("status".into(), json!(self.status));
+        extra.insert("check".into(), json!(self.check));
+        CompactionCompleted {
+            compaction_id: self.compaction_id.clone(),
+            first_event_id: self.first_event_id.clone(),
+            last_event_id: self.last_event_id.clone(),
+            first_kept_event_id: self.first_kept_event_id.clone(),
+            tokens_before: self.tokens_before,
+            tokens_after: self.tokens_after,
+            summary: serde_json::to_value(self).expect("record serializes"),
+            extra,
+        }
+    }
+
+    /// Reads a record back from a `CompactionCompleted` payload (its `summary` field).
+    pub fn from_payload(p: &CompactionCompleted) -> Option<CompactionRecord> {
+        serde_json::from_value(p.summary.clone()).ok()
+    }
+
+    /// The summary as the assembler shows it in place of the range.
+    pub fn render(&self) -> String {
+        let s = &self.summary;
+        let mut t = format!(
+            "## Summary of events {}..{} (compaction {}, {} tokens → {})\n",
+            self.first_event_id,
+            self.last_event_id,
+            self.compaction_id,
+            self.tokens_before,
+            self.tokens_after
+        );
+        if let Some(g) = &s.goal {
+            t.push_str(&format!("Goal: {g}\n"));
+        }
+        if let Some(c) = &s.current_task {
+            t.push_str(&format!("Current task: {c}\n"));
+        }
+        let mut list = |title: &str, v: &[String]| {
+            if !v.is_empty() {
+                t.push_str(&format!("{title}:\n"));
+                for x in v {
+                    t.push_str(&format!("- {x}\n"));
+                }
+            }
+        };
+        list("Constraints", &s.constraints);
+        list("Done", &s.progress.done);
+        list("In progress", &s.progress.in_progress);
+        list("Decisions", &s.decisions);
+        list("Files modified", &s.files_modified);
+        list("Files read", &s.files_read);
+        let results: Vec<String> = s
+            .tool_results
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} ({}): {}{}",
+                    r.tool,
+                    r.tool_call_id,
+                    r.summary,
+                    r.artifact_ref
+                        .as_deref()
+                        .map(|a| format!(" [full output: {a}]"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        list("Important tool results", &results);
+        let errors: Vec<String> = s
+            .errors
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {} ({}, {} attempt{}): {}",
+                    if e.resolved { "resolved" } else { "UNRESOLVED" },
+                    e.tool,
+                    e.tool_call_id,
+                    e.attempts,
+                    if e.attempts == 1 { "" } else { "s" },
+                    e.message
+                )
+            })
+            .collect();
+        list("Errors and retries", &errors);
+        list("Open questions", &s.open_questions);
+        list("Next steps", &s.next_steps);
+        t
+    }
+}
+
+/// Writes the summary of a range. The default is [`DeterministicSummarizer`]; an LLM-backed one
+/// can be plugged in, and its output is checked the same way.
+pub trait Summarizer: std::fmt::Debug + Send + Sync {
+    fn name(&self) -> &str;
+    /// Summarises `range` (raw events, oldest first), merging `previous`.
+    fn summarize(&self, range: &[&Event], previous: Option<&CompactionRecord>) -> Summary;
+}
+
+/// Rules over the events of the range and the previous record. No model, no network.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DeterministicSummarizer;
+
+fn push_unique(v: &mut Vec<String>, s: &str) {
+    if !v.iter().any(|x| x == s) {
+        v.push(s.to_owned());
+    }
+}
+
+impl Summarizer for DeterministicSummarizer {
+    fn name(&self) -> &str {
+        SUMMARIZER_VERSION
+    }
+
+    fn summarize(&self, range: &[&Event], previous: Option<&CompactionRecord>) -> Summary {
+        let mut s = previous.map(|p| p.summary.clone()).unwrap_or_default();
+        // Errors that were open stay open until a success of the same tool.
+        let mut calls: BTreeMap<String, (String, Value)> = BTreeMap::new();
+        let mut plan: Vec<String> = s.progress.in_progress.clone();
+        let mut first_prompt: Option<String> = None;
+        let mut last_prompt: Option<String> = None;
+        for e in range {
+            match &e.payload {
+                Payload::UserPromptSubmitted(p) => {
+                    first_prompt.get_or_insert_with(|| truncate_chars(&p.text, 200));
+                    last_prompt = Some(truncate_chars(&p.text, 200));
+                }
+                Payload::StateUpdated(p) => {
+                    if let Some(g) = &p.goal {
+                        s.goal = Some(g.clone());
+                    }
+                    if let Some(t) = &p.current_task {
+                        s.current_task = Some(t.clone());
+                    }
+                    if let Some(c) = &p.constraints {
+                        s.constraints = c.clone();
+                    }
+                    if let Some(q) = &p.open_questions {
+                        s.open_questions = q.clone();
+                    }
+                    if let Some(d) = &p.decisions {
+                        for x in d {
+                            push_unique(&mut s.decisions, x);
+                        }
+                    }
+                    if let Some(pl) = &p.plan {
+                        plan = pl.clone();
+                    }
+                }
+                Payload::ModelResponseReceived(p) => {
+                    for c in &p.tool_calls {
+                        calls.insert(c.tool_call_id.clone(), (c.name.clone(), c.args.clone()));
+                    }
+                }
+                Payload::ToolCallRequested(p) => {
+                    calls
+                        .entry(p.tool_call_id.clone())
+                        .or_insert((p.name.clone(), p.args.clone()));
+                }
+                Payload::FileRead(p) => push_unique(&mut s.files_read, &p.path),
+                Payload::FileWritten(p) => {
+                    push_unique(&mut s.files_modified, &p.path);
+                    push_unique(&mut s.progress.done, &format!("modified {}", p.path));
+                }
+                Payload::DiffApplied(p) => {
+                    push_unique(&mut s.files_modified, &p.path);
+                    push_unique(&mut s.progress.done, &format!("patched {}", p.path));
+                }
+                Payload::VerifierFinished(p) => {
+                    push_unique(&mut s.progress.done, &format!("{}: {}", p.check, p.result));
+                }
+                Payload::ToolCallFinished(p) => {
+                    let Some((name, args)) = calls.get(&p.tool_call_id) else {
+                        continue;
+                    };
+                    let output = p
+                        .output
+                        .as_deref()
+                        .or(p.output_preview.as_deref())
+                        .unwrap_or("");
+                    if p.is_error {
+                        note_error(&mut s.errors, name, &p.tool_call_id, output, &e.event_id);
+                    } else {
+                        for err in s.errors.iter_mut().filter(|x| &x.tool == name) {
+                            err.resolved = true;
+                        }
+                    }
+                    let obs = ToolObservation {
+                        tool: name,
+                        args,
+                        output,
+                        is_error: p.is_error,
+                        output_ref: p.output_ref.as_deref(),
+                        output_sha256: p.output_sha256.as_deref(),
+                        output_bytes: p.output_bytes,
+                    };
+                    if let Some(x) = RuleExtractor.extract(&obs) {
+                        let important = p.is_error
+                            || p.output_ref.is_some()
+                            || matches!(x.family, "test_runner" | "http");
+                        if important {
+                            s.tool_results.push(ToolResultNote {
+                                tool: name.clone(),
+                                tool_call_id: p.tool_call_id.clone(),
+                                summary: x.text,
+                                artifact_ref: p.output_ref.clone(),
+                                event_id: e.event_id.clone(),
+                            });
+                        }
+                    }
+                }
+                Payload::ToolCallFailed(p) => {
+                    if let Some((name, _)) = calls.get(&p.tool_call_id) {
+                        let name = name.clone();
+                        note_error(&mut s.errors, &name, &p.tool_call_id, &p.error, &e.event_id);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if s.tool_results.len() > MAX_TOOL_RESULTS {
+            s.tool_results
+                .drain(..s.tool_results.len() - MAX_TOOL_RESULTS);
+        }
+        if s.goal.is_none() {
+            s.goal = first_prompt;
+        }
+        if s.current_task.is_none() {
+            s.current_task = last_prompt;
+        }
+        s.progress.in_progress = plan.clone();
+        let mut next: Vec<String> = Vec::new();
+        for e in s.errors.iter().filter(|e| !e.resolved) {
+            next.push(format!("resolve the {} error: {}", e.tool, e.message));
+        }
+        for p in &plan {
+            push_unique(&mut next, p);
+        }
+        if next.is_empty() {
+            if let Some(t) = &s.current_task {
+                next.push(format!("continue: {t}"));
+            }
+        }
+        s.next_steps = next;
+        s
+    }
+}
+
+fn note_error(errors: &mut Vec<ErrorNote>, tool: &str, call: &str, output: &str, event_id: &str) {
+    let message = truncate_chars(&crate::projection::first_error_line(Some(output)), 160);
+    if let Some(e) = errors.iter_mut().find(|e| e.tool == tool && !e.resolved) {
+        e.attempts += 1;
+        e.message = message;
+        e.tool_call_id = call.to_owned();
+        e.event_id = event_id.to_owned();
+    } else {
+        errors.push(ErrorNote {
+            tool: tool.to_owned(),
+            tool_call_id: call.to_owned(),
+            message,
+            attempts: 1,
+            resolved: false,
+            event_id: event_id.to_owned(),
+        });
+    }
+}
+
+/// Tokens an event costs in a transcript replay (what a compaction saves).
+pub fn event_tokens(e: &Event, tokens: &dyn TokenCounter) -> u64 {
+    let text = match &e.payload {
+        Payload::UserPromptSubmitted(p) => p.text.clone(),
+        Payload::ModelResponseReceived(p) => {
+            let mut t = p.text.clone();
+            for c in &p.tool_calls {
+                t.push_str(&c.name);
+                t.push_str(&c.args.to_string());
+            }
+            t
+        }
+        Payload::ToolCallFinished(p) => p
+            .output
+            .clone()
+            .or_else(|| p.output_preview.clone())
+            .unwrap_or_default(),
+        Payload::ToolCallFailed(p) => p.error.clone(),
+        Payload::DiffApplied(p) => p.diff.clone(),
+        _ => e.payload.to_json().to_string(),
+    };
+    let measured = tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS;
+    match &e.payload {
+        Payload::ToolCallFinished(p) if p.output.is_none() => {
+            measured.max(p.output_tokens.unwrap_or(0))
+        }
+        _ => measured,
+    }
+}
+
+/// The cut of a branch: the index of the first event kept verbatim so that the last
+/// `keep_turns` user turns stay raw and no tool call is separated from its result (a call whose
+/// result is not before the cut moves the cut back to its request). `None` when nothing before
+/// `floor` (the previous compaction's cut) would be summarised.
+pub fn choose_cut(events: &[&Event], keep_turns: usize, floor: usize) -> Option<usize> {
+    let prompts: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e.payload, Payload::UserPromptSubmitted(_)))
+        .map(|(i, _)| i)
+        .collect();
+    if prompts.len() <= keep_turns {
+        return None;
+    }
+    let mut cut = prompts[prompts.len() - keep_turns.max(1)];
+    if keep_turns == 0 {
+        cut = events.len();
+    }
+    loop {
+        let split = split_calls(events, cut);
+        let Some(earliest) = split.iter().map(|(_, req)| *req).min() else {
+            break;
+        };
+        cut = earliest;
+    }
+    (cut > floor).then_some(cut)
+}
+
+/// Calls that `cut` would split: requested before it with no result before it, or answered
+/// before it but requested at or after it. Returns (call id, request index).
+fn split_calls(events: &[&Event], cut: usize) -> Vec<(String, usize)> {
+    let mut requested: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut answered: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, e) in events.iter().enumerate() {
+        match &e.payload {
+            Payload::ModelResponseReceived(p) => {
+                for c in &p.tool_calls {
+                    requested.entry(&c.tool_call_id).or_insert(i);
+                }
+            }
+            Payload::ToolCallRequested(p) => {
+                requested.entry(&p.tool_call_id).or_insert(i);
+            }
+            Payload::ToolCallFinished(p) => {
+                answered.insert(&p.tool_call_id, i);
+            }
+            Payload::ToolCallFailed(p) => {
+                answered.insert(&p.tool_call_id, i);
+            }
+            Payload::ApprovalDenied(p) => {
+                if let Some(id) = &p.tool_call_id {
+                    answered.insert(id, i);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (id, &req) in &requested {
+        let res = answered.get(id).copied();
+        let req_in = req < cut;
+        let res_in = res.is_some_and(|r| r < cut);
+        if req_in != res_in {
+            out.push(((*id).to_owned(), req));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Checks `summary` against the events it replaces: the task and next steps are there, every
+/// file modified in the range is named, no unresolved error is dropped and no tool pair is split.
+pub fn check(
+    events: &[&Event],
+    cut: usize,
+    range_start: usize,
+    summary: &Summary,
+) -> CompressionCheck {
+    let range = &events[range_start..cut];
+    let mut c = CompressionCheck {
+        has_task: summary
+            .goal
+            .as_deref()
+            .is_some_and(|g| !g.trim().is_empty())
+            || summary
+                .current_task
+                .as_deref()
+                .is_some_and(|g| !g.trim().is_empty()),
+        has_next_steps: !summary.next_steps.is_empty(),
+        ..Default::default()
+    };
+    let mut modified = BTreeSet::new();
+    // Ground truth of unresolved errors at the cut, computed from the events, not the summary.
+    let mut names: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut open_errors: BTreeMap<String, String> = BTreeMap::new(); // tool → call id
+    for e in &events[..cut] {
+        match &e.payload {
+            Payload::ModelResponseReceived(p) => {
+                for x in &p.tool_calls {
+                    names.insert(&x.tool_call_id, &x.name);
+                }
+            }
+            Payload::ToolCallRequested(p) => {
+                names.insert(&p.tool_call_id, &p.name);
+            }
+            Payload::ToolCallFinished(p) => {
+                if let Some(n) = names.get(p.tool_call_id.as_str()) {
+                    if p.is_error {
+                        open_errors.insert((*n).to_owned(), p.tool_call_id.clone());
+                    } else {
+                        open_errors.remove(*n);
+                    }
+                }
+            }
+            Payload::ToolCallFailed(p) => {
+                if let Some(n) = names.get(p.tool_call_id.as_str()) {
+                    open_errors.insert((*n).to_owned(), p.tool_call_id.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    for e in range {
+        if let Payload::FileWritten(p) = &e.payload {
+            modified.insert(p.path.clone());
+        }
+        if let Payload::DiffApplied(p) = &e.payload {
+            modified.insert(p.path.clone());
+        }
+    }
+    c.missing_modified_files = modified
+        .into_iter()
+        .filter(|p| !summary.files_modified.contains(p))
+        .collect();
+    c.dropped_unresolved_errors = open_errors
+        .iter()
+        .filter(|(tool, _)| {
+            !summary
+                .errors
+                .iter()
+                .any(|e| &e.tool == *tool && !e.resolved)
+        })
+        .map(|(tool, call)| format!("{tool} ({call})"))
+        .collect();
+    c.split_tool_calls = split_calls(events, cut)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    if !c.has_task {
+        c.failures
+            .push("the summary lacks the goal and current task".into());
+    }
+    if !c.has_next_steps {
+        c.failures.push("the summary lacks next steps".into());
+    }
+    if !c.missing_modified_files.is_empty() {
+        c.failures.push(format!(
+            "modified files missing from the summary: {}",
+            c.missing_modified_files.join(", ")
+        ));
+    }
+    if !c.dropped_unresolved_errors.is_empty() {
+        c.failures.push(format!(
+            "unresolved errors dropped: {}",
+            c.dropped_unresolved_errors.join(", ")
+        ));
+    }
+    if !c.split_tool_calls.is_empty() {
+        c.failures.push(format!(
+            "the cut splits tool calls from their results: {}",
+            c.split_tool_calls.join(", ")
+        ));
+    }
+    c.passed = c.failures.is_empty();
+    c
+}
+
+/// Compacts a branch's raw events (oldest first; derived events are skipped) at the automatic
+/// cut. `None` when there is nothing new to summarise.
+pub fn compact(
+    events: &[Event],
+    previous: Option<&CompactionRecord>,
+    keep_turns: usize,
+    summarizer: &dyn Summarizer,
+    tokens: &dyn TokenCounter,
+) -> Option<CompactionRecord> {
+    let raw: Vec<&Event> = events.iter().filter(|e| !e.is_derived()).collect();
+    let floor = floor_of(&raw, previous);
+    let cut = choose_cut(&raw, keep_turns, floor)?;
+    Some(compact_at(&raw, cut, previous, summarizer, tokens))
+}
+
+fn floor_of(raw: &[&Event], previous: Option<&CompactionRecord>) -> usize {
+    previous
+        .and_then(|p| raw.iter().position(|e| e.event_id == p.first_kept_event_id))
+        .unwrap_or(0)
+}
+
+/// Compacts `raw` (raw events only) up to `cut` exclusive, whatever the check says; the record's
+/// status tells. Exposed so that a cut chosen elsewhere (or a faulty one) is checked the same way.
+pub fn compact_at(
+    raw: &[&Event],
+    cut: usize,
+    previous: Option<&CompactionRecord>,
+    summarizer: &dyn Summarizer,
+    tokens: &dyn TokenCounter,
+) -> CompactionRecord {
+    let cut = cut.min(raw.len());
+    let floor = floor_of(raw, previous).min(cut);
+    let new_range = &raw[floor..cut];
+    let summary = summarizer.summarize(new_range, previous);
+    let check = check(raw, cut, floor, &summary);
+    let first = raw.first();
+    let last = cut.checked_sub(1).and_then(|i| raw.get(i));
+    let kept = raw.get(cut);
+    let seq = |e: Option<&&Event>| e.and_then(|e| e.seq).unwrap_or(0);
+    let id_of = |e: Option<&&Event>| e.map(|e| e.event_id.clone()).unwrap_or_default();
+    let tokens_before = previous.map(|p| p.tokens_before).unwrap_or_else(|| {
+        raw[..floor]
+            .iter()
+            .map(|e| event_tokens(e, tokens))
+            .sum::<u64>()
+    }) + new_range
+        .iter()
+        .map(|e| event_tokens(e, tokens))
+        .sum::<u64>();
+    let first_event_id = previous
+        .map(|p| p.first_event_id.clone())
+        .unwrap_or_else(|| id_of(first));
+    let identity = format!(
+        "{}\n{}\n{}\n{}\n{}\n{}",
+        first.map(|e| e.tenant_id.as_str()).unwrap_or(""),
+        first.map(|e| e.session_id.as_str()).unwrap_or(""),
+        first.map(|e| e.branch_id.as_str()).unwrap_or(""),
+        first_event_id,
+        id_of(kept),
+        summarizer.name()
+    );
+    let mut record = CompactionRecord {
+        compaction_id: format!("cmp_{}", &crate::sha256_hex(identity.as_bytes())[..24]),
+        tenant_id: first.map(|e| e.tenant_id.clone()).unwrap_or_default(),
+        session_id: first.map(|e| e.session_id.clone()).unwrap_or_default(),
+        branch_id: first.map(|e| e.branch_id.clone()).unwrap_or_default(),
+        status: if check.passed { "completed" } else { "failed" }.into(),
+        first_event_id,
+        last_event_id: id_of(last),
+        first_seq: previous.map(|p| p.first_seq).unwrap_or_else(|| seq(first)),
+        last_seq: seq(last),
+        first_kept_event_id: id_of(kept),
+        first_kept_seq: seq(kept),
+        tokens_before,
+        tokens_after: 0,
+        summary,
+        provenance: Provenance {
+            summarizer: summarizer.name().to_owned(),
+            previous_compaction_id: previous.map(|p| p.compaction_id.clone()),
+            source_event_ids: new_range.iter().map(|e| e.event_id.clone()).collect(),
+        },
+        check,
+    };
+    record.tokens_after = tokens.count(&record.render()) + MESSAGE_OVERHEAD_TOKENS;
+    record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::O200k;
+
+    fn ev(i: usize, ty: &str, payload: Value) -> Event {
+        Event::from_json(
+            json!({"event_id": format!("e{i:03}"), "tenant_id": "t", "session_id": "s",
+                "seq": i as u64 + 1, "timestamp": "2026-06-03T10:00:00Z", "type": ty,
+                "payload": payload}),
+            None,
+        )
+        .unwrap()
+    }
+
+    /// Three turns: read + failing test, write + still failing, pending call.
+    fn session() -> Vec<Event> {
+        let mut v = Vec::new();
+        let mut push = |ty: &str, p: Value| {
+            let i = v.len();
+            v.push(ev(i, ty, p));
+        };
+        push(
+            "UserPromptSubmitted",
+            json!({"message_id": "u1", "text": "Fix the failing parser test"}),
+        );
+        push(
+            "StateUpdated",
+            json!({"goal": "make parser tests pass", "constraints": ["do not touch the public API"], "plan": ["fix tokenizer", "run tests"]}),
+        );
+        push(
+            "ModelResponseReceived",
+            json!({"message_id": "a1", "text": "", "tool_calls": [{"tool_call_id": "c1", "name": "bash", "args": {"command": "cargo test"}}]}),
+        );
+        push(
+            "ToolCallFinished",
+            json!({"tool_call_id": "c1", "output": "test p::t ... FAILED\ntest result: FAILED. 3 passed; 1 failed", "is_error": true}),
+        );
+        push(
+            "UserPromptSubmitted",
+            json!({"message_id": "u2", "text": "go on"}),
+        );
+        push("FileWritten", json!({"path": "src/tok.rs"}));
+        push(
+            "ModelResponseReceived",
+            json!({"message_id": "a2", "text": "", "tool_calls": [{"tool_call_id": "c2", "name": "bash", "args": {"command": "cargo test"}}]}),
+        );
+        push(
+            "ToolCallFinished",
+            json!({"tool_call_id": "c2", "output": "error: expected `;` at src/tok.rs:3:1", "is_error": true}),
+        );
+        push(
+            "UserPromptSubmitted",
+            json!({"message_id": "u3", "text": "try again"}),
+        );
+        push(
+            "ModelResponseReceived",
+            json!({"message_id": "a3", "text": "", "tool_calls": [{"tool_call_id": "c3", "name": "read_file", "args": {"path": "src/tok.rs"}}]}),
+        );
+        v
+    }
+
+    #[test]
+    fn deterministic_compaction_keeps_what_matters_and_passes() {
+        let events = session();
+        let r = compact(&events, None, 1, &DeterministicSummarizer, &O200k).unwrap();
+        assert!(r.succeeded(), "{:?}", r.check);
+        assert_eq!(r.first_event_id, "e000");
+        assert_eq!(r.first_kept_event_id, "e008");
+        assert_eq!(r.summary.goal.as_deref(), Some("make parser tests pass"));
+        assert_eq!(r.summary.constraints, vec!["do not touch the public API"]);
+        assert_eq!(r.summary.files_modified, vec!["src/tok.rs"]);
+        let open: Vec<&ErrorNote> = r.summary.errors.iter().filter(|e| !e.resolved).collect();
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].attempts, 2);
+        assert!(r.summary.next_steps[0].starts_with("resolve the bash error"));
+        // Same input, same record.
+        assert_eq!(
+            r,
+            compact(&events, None, 1, &DeterministicSummarizer, &O200k).unwrap()
+        );
+        let text = r.render();
+        assert!(text.contains("src/tok.rs") && text.contains("UNRESOLVED"));
+        // It round-trips through the payload.
+        assert_eq!(CompactionRecord::from_payload(&r.to_payload()).unwrap(), r);
+    }
+
+    #[test]
+    fn the_cut_never_splits_a_pair_nor_swallows_a_pending_call() {
+        let events = session();
+        let raw: Vec<&Event> = events.iter().collect();
+        // Keeping zero turns would cut after the pending call c3: moved back to its request.
+        let cut = choose_cut(&raw, 0, 0).unwrap();
+        assert_eq!(raw[cut].event_id, "e009");
+        // A cut between c2's request and result fails, and says why.
+        let r = compact_at(&raw, 7, None, &DeterministicSummarizer, &O200k);
+        assert!(!r.succeeded());
+        assert_eq!(r.status, "failed");
+        assert_eq!(r.check.split_tool_calls, vec!["c2"]);
+    }
+
+    #[derive(Debug)]
+    struct Forgetful(fn(&mut Summary));
+    impl Summarizer for Forgetful {
+        fn name(&self) -> &str {
+            "forgetful/1"
+        }
+        fn summarize(&self, range: &[&Event], previous: Option<&CompactionRecord>) -> Summary {
+            let mut s = DeterministicSummarizer.summarize(range, previous);
+            (self.0)(&mut s);
+            s
+        }
+    }
+
+    #[test]
+    fn a_summary_that_drops_must_keep_facts_fails() {
+        let events = session();
+        type Drop = fn(&mut Summary);
+        let cases: [(Drop, &str); 4] = [
+            (
+                |s| {
+                    s.goal = None;
+                    s.current_task = None;
+                },
+                "lacks the goal",
+            ),
+            (|s| s.next_steps.clear(), "lacks next steps"),
+            (|s| s.files_modified.clear(), "modified files missing"),
+            (|s| s.errors.clear(), "unresolved errors dropped"),
+        ];
+        for (f, why) in cases {
+            let r = compact(&events, None, 1, &Forgetful(f), &O200k).unwrap();
+            assert!(!r.succeeded());
+            assert!(
+                r.check.failures.iter().any(|x| x.contains(why)),
+                "{why}: {:?}",
+                r.check
+            );
+        }
+    }
+
+    #[test]
+    fn a_second_compaction_merges_the_first() {
+        let mut events = session();
+        events.push(ev(
+            10,
+            "ToolCallFinished",
+            json!({"tool_call_id": "c3", "output": "fn tok() {}"}),
+        ));
+        events.push(ev(
+            11,
+            "UserPromptSubmitted",
+            json!({"message_id": "u4", "text": "and now?"}),
+        ));
+        let first = compact(&events[..10], None, 1, &DeterministicSummarizer, &O200k).unwrap();
+        let second = compact(&events, Some(&first), 1, &DeterministicSummarizer, &O200k).unwrap();
+        assert!(second.succeeded(), "{:?}", second.check);
+        assert_eq!(second.first_event_id, "e000");
+        assert_eq!(second.first_kept_event_id, "e011");
+        assert_eq!(
+            second.provenance.previous_compaction_id.as_deref(),
+            Some(first.compaction_id.as_str())
+        );
+        assert_eq!(second.summary.files_modified, vec!["src/tok.rs"]);
+        assert!(
+            second.summary.files_read.is_empty()
+                || second.summary.files_read.contains(&"src/tok.rs".to_owned())
+        );
+        assert!(compact(&events, Some(&second), 1, &DeterministicSummarizer, &O200k).is_none());
+    }
+}

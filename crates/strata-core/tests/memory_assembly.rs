@@ -1,0 +1,198 @@
+//! The assembler's memory policy on a pure snapshot: superseded memories are left out and their
+//! successor kept, stale volatile ones omitted, stale time-bounded ones marked with a
+//! revalidation hint, both sides of a conflict shown with their sources, another project's
+//! memories never offered — each recorded in the ContextAssembly.
+
+use serde_json::{json, Value};
+use strata_core::assembly::{assemble, AssemblyRequest, OmissionReason, Snapshot};
+use strata_core::memory::{Memory, MemoryEngine};
+use strata_core::payload::Payload;
+use strata_core::projection::AgentState;
+use strata_core::tokens::O200k;
+use strata_core::Event;
+
+fn ev(id: &str, session: &str, ts: &str, ty: &str, payload: Value) -> Event {
+    Event::from_json(
+        json!({"event_id": id, "tenant_id": "t", "session_id": session, "seq": 1,
+            "timestamp": ts, "type": ty, "payload": payload}),
+        None,
+    )
+    .unwrap()
+}
+
+fn call(
+    e: &mut MemoryEngine,
+    out: &mut Vec<Memory>,
+    id: &str,
+    ts: &str,
+    name: &str,
+    args: Value,
+    output: &str,
+) {
+    e.observe(&ev(
+        &format!("{id}-q"),
+        "s",
+        ts,
+        "ToolCallRequested",
+        json!({"tool_call_id": id, "name": name, "args": args}),
+    ));
+    for d in e.observe(&ev(
+        &format!("{id}-r"),
+        "s",
+        ts,
+        "ToolCallFinished",
+        json!({"tool_call_id": id, "output": output}),
+    )) {
+        match d.payload {
+            Payload::MemoryRecorded(p) => out.push(Memory::from_payload(&p).unwrap()),
+            Payload::MemorySuperseded(p) => {
+                for m in out.iter_mut().filter(|m| m.memory_id == p.memory_id) {
+                    m.superseded_by = Some(p.superseded_by.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn snapshot(memories: Vec<Memory>, as_of: &str) -> Snapshot {
+    serde_json::from_value(json!({
+        "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": "agent",
+        "head_seq": 10, "model": "gpt-4o", "context_window_tokens": 16000,
+        "reserved_output_tokens": 1000, "system_prompt": "be useful", "system_prompt_tokens": 5,
+        "session_started_event_id": "start", "tools": [], "tools_tokens": 0,
+        "state": serde_json::to_value(AgentState::default()).unwrap(),
+        "messages": [{"seq": 9, "event_id": "u1", "role": "user", "participant_id": "agent",
+            "text": "status of order 42?", "tokens": 8, "tool_calls": []}],
+        "messages_before_window": 0, "loose_tool_calls": [], "transcript_tokens": 500,
+        "orphan_results": 0, "project_id": "alpha", "memories": memories, "as_of": as_of
+    }))
+    .unwrap()
+}
+
+#[test]
+fn memory_policy_is_applied_and_explained() {
+    let mut e = MemoryEngine::default();
+    e.observe(&ev(
+        "start",
+        "s",
+        "2026-06-03T10:00:00Z",
+        "SessionStarted",
+        json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 16000,
+            "reserved_output_tokens": 1000, "project_id": "alpha"}),
+    ));
+    let mut mems = Vec::new();
+    call(
+        &mut e,
+        &mut mems,
+        "c1",
+        "2026-06-03T10:00:00Z",
+        "crm.get_order",
+        json!({"id": 42}),
+        r#"{"order_id": "42", "status": "pending"}"#,
+    );
+    call(
+        &mut e,
+        &mut mems,
+        "c2",
+        "2026-06-03T10:30:00Z",
+        "crm.get_order",
+        json!({"id": 42}),
+        r#"{"order_id": "42", "status": "shipped"}"#,
+    );
+    call(
+        &mut e,
+        &mut mems,
+        "c3",
+        "2026-06-03T10:31:00Z",
+        "erp.fetch_order",
+        json!({"order": 42}),
+        r#"{"order_id": "42", "status": "cancelled"}"#,
+    );
+    call(
+        &mut e,
+        &mut mems,
+        "c4",
+        "2026-06-03T10:00:00Z",
+        "bash",
+        json!({"command": "cargo build"}),
+        "error: linker failed\nexit code 1",
+    );
+    // A memory of another project (as a store bug would offer it) is never used.
+    let mut foreign = mems[1].clone();
+    foreign.memory_id = "mem_foreign".into();
+    foreign.project_id = "beta".into();
+    mems.push(foreign);
+    // A restricted one never reaches a provider.
+    let mut secret = mems[2].clone();
+    secret.memory_id = "mem_secret".into();
+    secret.privacy_class = strata_core::payload::PrivacyClass::Restricted;
+    mems.push(secret);
+
+    // At 10:45 nothing time-bounded is stale yet, the 10:00 shell memory (volatile) is.
+    let a = assemble(
+        &snapshot(mems.clone(), "2026-06-03T10:45:00Z"),
+        &AssemblyRequest::default(),
+        &O200k,
+    );
+    let text = serde_json::to_string(&a.payload).unwrap();
+    let reasons = |r: OmissionReason| {
+        a.assembly
+            .omitted_items
+            .iter()
+            .filter(|o| o.reason == r)
+            .count()
+    };
+    assert!(
+        !text.contains("status=pending"),
+        "superseded value left out"
+    );
+    assert!(
+        text.contains("status=shipped") && text.contains("status=cancelled"),
+        "both sides kept"
+    );
+    assert!(text.contains("CONFLICTS with"), "conflict marked");
+    assert_eq!(reasons(OmissionReason::Superseded), 1);
+    assert_eq!(
+        reasons(OmissionReason::Stale),
+        1,
+        "volatile and stale: omitted"
+    );
+    assert_eq!(
+        reasons(OmissionReason::OtherScope),
+        1,
+        "another project: never offered"
+    );
+    assert!(!text.contains("mem_foreign"));
+    assert_eq!(reasons(OmissionReason::PrivacyProvider), 1);
+    assert!(!text.contains("mem_secret"));
+    let included: Vec<&str> = a
+        .assembly
+        .included
+        .iter()
+        .filter(|s| s.kind == "memory")
+        .map(|s| s.reason.as_str())
+        .collect();
+    assert_eq!(included.len(), 2);
+    assert!(included.iter().any(|r| r.contains("successor of")));
+    assert!(included.iter().all(|r| r.contains("conflict kept")));
+
+    // Two hours later the time-bounded facts are stale: marked, with the tool to call.
+    let a = assemble(
+        &snapshot(mems.clone(), "2026-06-03T12:45:00Z"),
+        &AssemblyRequest::default(),
+        &O200k,
+    );
+    let text = serde_json::to_string(&a.payload).unwrap();
+    assert!(text.contains("STALE since") && text.contains("revalidate with `crm.get_order`"));
+    // Deterministic: same snapshot, same bytes.
+    let b = assemble(
+        &snapshot(mems, "2026-06-03T12:45:00Z"),
+        &AssemblyRequest::default(),
+        &O200k,
+    );
+    assert_eq!(
+        serde_json::to_vec(&a.payload).unwrap(),
+        serde_json::to_vec(&b.payload).unwrap()
+    );
+}
