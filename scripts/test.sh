@@ -34,7 +34,7 @@ fi
 
 echo "==> cargo test"
 set +e
-cargo test --workspace --locked 2>&1 | tee "$log"
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 # One closing line for the whole suite (cargo prints one per test binary).

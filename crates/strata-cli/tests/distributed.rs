@@ -54,7 +54,9 @@ fn strata(data_dir: &Path, backends: &[(&str, String)], args: &[&str]) -> Output
     out
 }
 
-/// `strata dev` on the given backends, stopped with SIGTERM when dropped.
+/// A `strata-projector` process on the given backends, stopped with SIGTERM when dropped. (Only
+/// the projector: the embedded run projects and runs no memory extractor either, so the two
+/// contexts compare like with like.)
 struct Services(std::process::Child);
 
 impl Services {
@@ -64,17 +66,24 @@ impl Services {
             .local_addr()
             .expect("address")
             .port();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
-        cmd.arg("--data-dir").arg(data_dir);
+        // Built next to `strata` by `cargo test --workspace` (scripts/test.sh).
+        let binary = Path::new(env!("CARGO_BIN_EXE_strata")).with_file_name("strata-projector");
+        assert!(
+            binary.exists(),
+            "{} is missing: run the workspace's tests (cargo test --workspace) so it is built",
+            binary.display()
+        );
+        let mut cmd = Command::new(binary);
+        cmd.env("STRATA_DATA_DIR", data_dir);
         for (k, v) in backends {
             cmd.env(k, v);
         }
         let child = cmd
-            .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
+            .env("STRATA_ADMIN_LISTEN", format!("127.0.0.1:{port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
-            .expect("run strata dev");
+            .expect("run strata-projector");
         Services(child)
     }
 }
@@ -203,7 +212,7 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
     let mut contexts = Vec::new();
     for (data_dir, backends) in [(&embedded, vec![]), (&distributed, remote)] {
         // On the shared log, the verbs wait for a projector service rather than project: run
-        // one (`strata dev` runs every service).
+        // one.
         let services = (!backends.is_empty()).then(|| Services::start(data_dir, &backends));
         strata(data_dir, &backends, &["import", file]);
         let again = strata(data_dir, &backends, &["import", file]);
