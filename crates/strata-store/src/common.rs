@@ -515,12 +515,17 @@ where
             break;
         }
     }
-    let Statement { sql, args } =
-        Statement::for_session("SELECT max(timestamp) FROM events", stored, tenant, session);
+    // The snapshot's clock: the timestamp of the session's newest event (highest seq), one
+    // primary-key lookup rather than a scan of the session for the largest timestamp.
+    let Statement { sql, args } = {
+        let mut q = Statement::for_session("SELECT timestamp FROM events", stored, tenant, session);
+        q.push(" ORDER BY seq DESC LIMIT 1");
+        q
+    };
     let as_of: Option<String> = sqlx::query_with(&sql, args)
-        .fetch_one(pool)
+        .fetch_optional(pool)
         .await?
-        .get::<Option<String>, _>(0);
+        .map(|r| r.get::<String, _>(0));
 
     let participant_id = participant
         .map(str::to_owned)
