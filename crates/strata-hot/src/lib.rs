@@ -166,11 +166,40 @@ type Key = (String, String);
 
 /// In-process hot state. Lost on restart by design: the embedded runtime brings the projections
 /// up to the log head before it serves, and misses fall back to them.
+///
+/// Accepted event ids are kept in two generations of at most [`ACCEPTED_PER_GENERATION`] each
+/// (the older dropped when the newer fills), so a long-running process stays bounded; an id
+/// forgotten that way is found in the projections, as after a Redis expiry.
 #[derive(Debug, Default)]
 pub struct MemoryHotState {
     heads: RwLock<HashMap<Key, u64>>,
-    accepted: RwLock<HashMap<Key, u64>>,
+    accepted: RwLock<Generations>,
     projected: RwLock<HashMap<Key, ProjectedSession>>,
+}
+
+/// Accepted event ids remembered per generation by [`MemoryHotState`].
+pub const ACCEPTED_PER_GENERATION: usize = 250_000;
+
+#[derive(Debug, Default)]
+struct Generations {
+    current: HashMap<Key, u64>,
+    previous: HashMap<Key, u64>,
+}
+
+impl Generations {
+    fn get(&self, k: &Key) -> Option<u64> {
+        self.current
+            .get(k)
+            .or_else(|| self.previous.get(k))
+            .copied()
+    }
+
+    fn insert(&mut self, k: Key, seq: u64) {
+        if self.current.len() >= ACCEPTED_PER_GENERATION {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(k, seq);
+    }
 }
 
 fn key(a: &str, b: &str) -> Key {
@@ -200,12 +229,7 @@ impl HotState for MemoryHotState {
     }
 
     async fn accepted_seq(&self, tenant: &str, event_id: &str) -> Result<Option<u64>> {
-        Ok(self
-            .accepted
-            .read()
-            .await
-            .get(&key(tenant, event_id))
-            .copied())
+        Ok(self.accepted.read().await.get(&key(tenant, event_id)))
     }
 
     async fn remember_accepted(&self, tenant: &str, events: &[(String, u64)]) -> Result<()> {
@@ -245,6 +269,35 @@ impl HotState for MemoryHotState {
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn memory_accepted_ids_stay_bounded() {
+        use super::{HotState, MemoryHotState, ACCEPTED_PER_GENERATION};
+        let hot = MemoryHotState::default();
+        let ids: Vec<(String, u64)> = (0..ACCEPTED_PER_GENERATION as u64 * 2 + 10)
+            .map(|i| (format!("e{i}"), i))
+            .collect();
+        for chunk in ids.chunks(10_000) {
+            hot.remember_accepted("t", chunk).await.unwrap();
+        }
+        // The newest two generations are remembered, the oldest ids are not.
+        let last = ids.len() as u64 - 1;
+        assert_eq!(
+            hot.accepted_seq("t", &format!("e{last}")).await.unwrap(),
+            Some(last)
+        );
+        let mid = ACCEPTED_PER_GENERATION as u64 + 5;
+        assert_eq!(
+            hot.accepted_seq("t", &format!("e{mid}")).await.unwrap(),
+            Some(mid)
+        );
+        assert_eq!(hot.accepted_seq("t", "e0").await.unwrap(), None);
+        let held = {
+            let g = hot.accepted.read().await;
+            g.current.len() + g.previous.len()
+        };
+        assert!(held <= 2 * ACCEPTED_PER_GENERATION, "{held}");
+    }
+
     use super::*;
 
     #[tokio::test]
