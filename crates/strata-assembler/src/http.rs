@@ -24,7 +24,7 @@ pub fn routes(assembler: Assembler) -> Router {
         .route("/v1/assemblies/{assembly}", get(assembly))
         .route("/v1/artifacts/{sha256}", get(artifact))
         .with_state(assembler.clone())
-        .merge(strata_runtime::admin::admin_routes(
+        .merge(strata_runtime::admin::admin_routes_hot_optional(
             assembler.backends().clone(),
         ))
 }

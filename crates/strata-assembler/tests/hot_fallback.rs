@@ -243,6 +243,34 @@ async fn flushed_or_stopped_redis_leaves_ingest_and_assembler_correct() {
         .unwrap()
         .contains("prompt number 16"));
 
+    // And it stays ready: the hot state is optional for it (ingest's /readyz would fail).
+    let response = tower::ServiceExt::oneshot(
+        strata_assembler::http::routes(assembler.clone()),
+        axum::http::Request::get("/readyz")
+            .body(axum::body::Body::empty())
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), axum::http::StatusCode::OK);
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("hot state unavailable"));
+    let ingest_ready = tower::ServiceExt::oneshot(
+        strata_runtime::admin::admin_routes(backends.clone()),
+        axum::http::Request::get("/readyz")
+            .body(axum::body::Body::empty())
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ingest_ready.status(),
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    );
+
     drop(stop_projector);
     drop(backends);
     if let Ok(pool) = sqlx::PgPool::connect(&admin).await {

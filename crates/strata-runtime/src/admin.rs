@@ -10,14 +10,35 @@ use crate::{ApiError, Backends};
 
 /// Liveness, readiness (every backend answers) and Prometheus metrics; no authentication.
 pub fn admin_routes(backends: Backends) -> Router {
+    routes(backends, true)
+}
+
+/// [`admin_routes`] for a service that answers correctly without the hot state (the assembler
+/// falls back to the projections and the log): a hot-state failure is reported in the body of
+/// `/readyz` but does not make the service unready.
+pub fn admin_routes_hot_optional(backends: Backends) -> Router {
+    routes(backends, false)
+}
+
+fn routes(backends: Backends, hot_required: bool) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(|| async { crate::metrics::render() }))
-        .with_state(backends)
+        .with_state(Readiness {
+            backends,
+            hot_required,
+        })
 }
 
-async fn ready(State(b): State<Backends>) -> Result<&'static str, ApiError> {
+#[derive(Debug, Clone)]
+struct Readiness {
+    backends: Backends,
+    hot_required: bool,
+}
+
+async fn ready(State(r): State<Readiness>) -> Result<String, ApiError> {
+    let b = &r.backends;
     b.log
         .ping()
         .await
@@ -26,15 +47,18 @@ async fn ready(State(b): State<Backends>) -> Result<&'static str, ApiError> {
         .ping()
         .await
         .map_err(|e| ApiError::unavailable(format!("projection store: {e}")))?;
-    b.hot
-        .ping()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("hot state: {e}")))?;
+    let hot = b.hot.ping().await;
     b.blobs
         .ping()
         .await
         .map_err(|e| ApiError::unavailable(format!("blob store: {e}")))?;
-    Ok("ready")
+    match hot {
+        Ok(()) => Ok("ready".into()),
+        Err(e) if r.hot_required => Err(ApiError::unavailable(format!("hot state: {e}"))),
+        Err(e) => Ok(format!(
+            "ready (hot state unavailable, answering from the projections: {e})"
+        )),
+    }
 }
 
 /// A boxed error, for what a worker returns.

@@ -13,7 +13,7 @@ struct Opts {
     #[arg(long, env = "STRATA_ADMIN_LISTEN", default_value = "127.0.0.1:7704")]
     admin_listen: std::net::SocketAddr,
     /// Consumer group.
-    #[arg(long, default_value = strata_compactor::DEFAULT_GROUP)]
+    #[arg(long, env = "STRATA_COMPACTOR_GROUP", default_value = strata_compactor::DEFAULT_GROUP)]
     group: String,
     /// Compact when a session's uncompacted tokens exceed this fraction of its budget.
     #[arg(long, env = "STRATA_COMPACT_THRESHOLD", default_value_t = 0.6)]

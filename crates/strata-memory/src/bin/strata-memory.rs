@@ -13,7 +13,7 @@ struct Opts {
     #[arg(long, env = "STRATA_ADMIN_LISTEN", default_value = "127.0.0.1:7703")]
     admin_listen: std::net::SocketAddr,
     /// Consumer group.
-    #[arg(long, default_value = strata_memory::DEFAULT_GROUP)]
+    #[arg(long, env = "STRATA_MEMORY_GROUP", default_value = strata_memory::DEFAULT_GROUP)]
     group: String,
 }
 
