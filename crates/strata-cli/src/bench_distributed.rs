@@ -98,9 +98,11 @@ pub(crate) async fn run(servers: Servers) -> anyhow::Result<()> {
 
     let live = Database::create(&servers.postgres, format!("strata_bench_{run_id}")).await?;
     let copy = Database::create(&servers.postgres, format!("strata_bench_copy_{run_id}")).await?;
-    let result = measure(&servers, &tenant, &run_id, &live, &copy).await;
+    let two = Database::create(&servers.postgres, format!("strata_bench_two_{run_id}")).await?;
+    let result = measure(&servers, &tenant, &run_id, &live, &copy, &two).await;
     live.drop().await;
     copy.drop().await;
+    two.drop().await;
     result
 }
 
@@ -110,6 +112,7 @@ async fn measure(
     run_id: &str,
     live: &Database,
     copy: &Database,
+    two: &Database,
 ) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let blob_url = format!("file://{}", dir.path().join("blobs").display());
@@ -279,6 +282,20 @@ async fn measure(
         Some(project / raw_copy),
     );
 
+    // Two members of one group (in this process) into a fresh database, then one leaves.
+    let (two_members, handover, held) =
+        two_members(&backends, &two.url, run_id, dir.path()).await?;
+    row(
+        "project → PostgreSQL: two projector members in one group",
+        rate(applied, two_members),
+        Some(rate(applied, two_members) / project),
+    );
+    println!(
+        "{:<58} {:>14}",
+        format!("partitions move after a clean leave (other held {held})"),
+        ms(handover)
+    );
+
     // 3. Assembly of a 1,000-event session, Redis hot vs cold.
     let session = "bench-assembly";
     let mut coding = coding_session(session, 1_000);
@@ -344,6 +361,74 @@ async fn measure(
         );
     }
     Ok(())
+}
+
+/// Projects the topic with two members of a new group (in this process, sharing its two cores)
+/// into the database at `db_url`; returns the time to project it all (group formation
+/// included), then stops one member (it finishes its batch, commits and leaves) and returns the
+/// time until the other holds every partition, and what it held before.
+async fn two_members(
+    backends: &Backends,
+    db_url: &str,
+    run_id: &str,
+    dir: &std::path::Path,
+) -> anyhow::Result<(Duration, Duration, String)> {
+    let store: Arc<dyn strata_store::ProjectionStore> =
+        Arc::new(strata_store::postgres::PgStore::open(db_url).await?);
+    let backends = Backends::from_parts(
+        backends.log.clone(),
+        store,
+        Arc::new(strata_hot::MemoryHotState::default()),
+        backends.blobs.clone(),
+        dir.to_path_buf(),
+    );
+    let options = strata_projector::ProjectorOptions {
+        group: format!("bench-two-{run_id}"),
+        ..strata_projector::ProjectorOptions::default()
+    };
+    let partitions = backends.log.partition_count() as usize;
+    let started = Instant::now();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let first = strata_projector::Projector::start(backends.clone(), options.clone()).await?;
+    let first = tokio::spawn(first.run(async {
+        let _ = stopped.await;
+    }));
+    let mut second = strata_projector::Projector::start(backends.clone(), options.clone()).await?;
+    loop {
+        second.step().await?;
+        let behind =
+            strata_projector::wait_for_projector(&backends, &options.group, Duration::ZERO).await?;
+        if behind == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "two members did not project the topic in 10 minutes"
+        );
+    }
+    let projected = started.elapsed();
+    // The group may not have split yet when the work is small: wait for it, so the handover
+    // below moves partitions for real.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while second.positions().len() >= partitions || second.positions().is_empty() {
+        second.step().await?;
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the group never split its {partitions} partitions between the two members"
+        );
+    }
+    let held = second.positions().len();
+    let _ = stop.send(());
+    first.await??;
+    let left = Instant::now();
+    while second.positions().len() < partitions {
+        second.step().await?;
+        anyhow::ensure!(
+            left.elapsed() < Duration::from_secs(120),
+            "the remaining member never got every partition"
+        );
+    }
+    Ok((projected, left.elapsed(), format!("{held} of {partitions}")))
 }
 
 fn redis_db(url: &str, db: u32) -> String {
