@@ -143,7 +143,8 @@ struct TailIndex {
 struct PartitionTail {
     scanned_to: u64,
     ids: usize,
-    sessions: HashMap<(String, String), SessionTail>,
+    /// By tenant, then session: lookups by `&str` need no allocation on the append path.
+    sessions: HashMap<String, HashMap<String, SessionTail>>,
 }
 
 #[derive(Debug, Default)]
@@ -155,10 +156,14 @@ struct SessionTail {
 
 impl PartitionTail {
     fn add(&mut self, event: &Event, offset: u64) {
-        let s = self
-            .sessions
-            .entry((event.tenant_id.clone(), event.session_id.clone()))
-            .or_default();
+        let by_session = match self.sessions.get_mut(event.tenant_id.as_str()) {
+            Some(m) => m,
+            None => self.sessions.entry(event.tenant_id.clone()).or_default(),
+        };
+        let s = match by_session.get_mut(event.session_id.as_str()) {
+            Some(s) => s,
+            None => by_session.entry(event.session_id.clone()).or_default(),
+        };
         let seq = event.seq.unwrap_or(0);
         s.seq = s.seq.max(seq);
         s.last_offset = s.last_offset.max(offset);
@@ -179,7 +184,8 @@ impl TailIndex {
         self.partitions
             .get(&partition)?
             .sessions
-            .get(&(tenant.to_owned(), session.to_owned()))
+            .get(tenant)?
+            .get(session)
     }
 
     /// Brings the partition's entry up to `end`, reading the records between what is known and
@@ -193,8 +199,16 @@ impl TailIndex {
     ) -> Result<u64, IngestError> {
         let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
         let tail = self.partitions.entry(partition).or_default();
-        tail.sessions.retain(|_, s| s.last_offset >= projected_to);
-        tail.ids = tail.sessions.values().map(|s| s.ids.len()).sum();
+        for by_session in tail.sessions.values_mut() {
+            by_session.retain(|_, s| s.last_offset >= projected_to);
+        }
+        tail.sessions.retain(|_, by_session| !by_session.is_empty());
+        tail.ids = tail
+            .sessions
+            .values()
+            .flat_map(HashMap::values)
+            .map(|s| s.ids.len())
+            .sum();
         let mut from = tail.scanned_to.max(projected_to);
         let start = from;
         while from < end {
