@@ -91,6 +91,9 @@ pub struct RebuildReport {
     pub switched: bool,
     /// Whether the run stopped early ([`RebuildOptions::stop_after`]).
     pub stopped_early: bool,
+    /// Undecodable records passed over (the live consumers set them aside in the dead-letter
+    /// queue).
+    pub undecodable: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -314,6 +317,7 @@ pub async fn rebuild(
         verification: None,
         switched: false,
         stopped_early: false,
+        undecodable: 0,
     };
 
     // Fold to the head, then to wherever the head moved meanwhile. One batch is written while
@@ -362,6 +366,7 @@ pub async fn rebuild(
     }
     report.fold_secs = ticker.elapsed().as_secs_f64();
     report.events_per_sec = report.events as f64 / report.fold_secs.max(1e-9);
+    report.undecodable = reader.undecodable;
     ticker.finish(report.events, total, folder.sessions().count() as u64, 0);
 
     // Verify at the live set's offsets: fold up to them, compare, and accept the comparison only

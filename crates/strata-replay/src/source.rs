@@ -20,6 +20,9 @@ pub(crate) struct LogReader {
     next: Offsets,
     to: Offsets,
     codec: AvroCodec,
+    /// Undecodable records passed over: the live consumers set them aside in the dead-letter
+    /// queue and move on, so a rebuild or replay that matches them must skip them too.
+    pub(crate) undecodable: u64,
 }
 
 impl LogReader {
@@ -32,6 +35,7 @@ impl LogReader {
             next,
             to: to.clone(),
             codec: AvroCodec::new(),
+            undecodable: 0,
         }
     }
 
@@ -74,25 +78,26 @@ impl LogReader {
             )));
         }
         let mut out = Vec::with_capacity(records.len());
+        let mut read_to = from;
         for r in records.into_iter().filter(|r| r.offset < end) {
-            let event = self
-                .codec
-                .decode(&r.value)
-                .map_err(|e| Error::Undecodable {
-                    partition: r.partition,
-                    offset: r.offset,
-                    reason: e.to_string(),
-                })?;
-            out.push((
-                LogPosition {
-                    partition: r.partition,
-                    offset: r.offset,
-                },
-                event,
-            ));
+            read_to = r.offset + 1;
+            match self.codec.decode(&r.value) {
+                Ok(event) => out.push((
+                    LogPosition {
+                        partition: r.partition,
+                        offset: r.offset,
+                    },
+                    event,
+                )),
+                Err(e) => {
+                    self.undecodable += 1;
+                    tracing::warn!(partition = r.partition, offset = r.offset, error = %e,
+                        "passing over an undecodable record (the live consumers set it aside in the dead-letter queue)");
+                }
+            }
         }
-        let last = out.last().map(|(pos, _)| pos.offset + 1).unwrap_or(end);
-        self.next.insert(p, last);
+        self.next
+            .insert(p, if read_to > from { read_to } else { end });
         Ok(Some(out))
     }
 }

@@ -185,3 +185,44 @@ async fn rebuild_runs_while_the_live_projector_keeps_serving() {
     assert!(report.switched);
     assert!(report.verification.unwrap().ok());
 }
+
+#[tokio::test]
+async fn rebuild_passes_over_a_record_the_live_projector_set_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = common::populate(dir.path(), 6, 60).await;
+    live.log
+        .append(vec![strata_log::NewRecord {
+            key: b"s-garbage".to_vec(),
+            headers: vec![],
+            value: b"\x00not an event".to_vec(),
+            timestamp_ms: 0,
+        }])
+        .await
+        .unwrap();
+    common::ingest(
+        &live,
+        strata_replay::workload::sessions(common::TENANT, 2, 30)
+            .into_iter()
+            .map(|mut e| {
+                e.event_id = format!("late-{}", e.event_id);
+                e.session_id = format!("late-{}", e.session_id);
+                e
+            })
+            .collect(),
+    )
+    .await;
+    strata_projector::catch_up(&live).await.unwrap();
+    assert_eq!(live.log.read_dead_letters(0, 10).await.unwrap().len(), 1);
+    let report = rebuild::rebuild(
+        dir.path(),
+        live.log.as_ref(),
+        live.store.as_ref(),
+        &RebuildOptions::default(),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.undecodable, 1);
+    assert!(report.verification.as_ref().unwrap().ok(), "{report:?}");
+    assert!(report.switched);
+}
