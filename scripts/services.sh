@@ -128,6 +128,21 @@ start_kafka() {
         return
     fi
     port_free "$KAFKA_PORT" || die "port $KAFKA_PORT is taken (set STRATA_KAFKA_PORT)"
+    local attempt
+    for attempt in 1 2 3; do
+        if launch_tansu "$bin"; then
+            log "kafka (tansu) ready on 127.0.0.1:$KAFKA_PORT"
+            return
+        fi
+        log "tansu failed to start (attempt $attempt): $(tail -n 1 "$DIR/tansu.log" 2>/dev/null)"
+        stop_kafka
+    done
+    die "tansu (kafka) did not become ready: see $DIR/tansu.log"
+}
+
+# Starts tansu on a fresh state and adds the index it lacks; fails if it does not come up.
+launch_tansu() {
+    local bin=$1
     # A fresh broker state every start: tests create their own topics.
     rm -rf "$DIR/tansu"
     mkdir -p "$DIR/tansu"
@@ -136,12 +151,22 @@ start_kafka() {
         --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
         --storage-engine sqlite://tansu.db </dev/null >"$DIR/tansu.log" 2>&1) &
     echo $! >"$DIR/tansu.pid"
-    # tansu 0.6.0 lacks this index: without it fetches slow down until the broker stops answering.
-    local ok=0
+    # Wait until it serves: its schema is complete then. (Touching the database while it still
+    # creates the schema makes a migration fail with "database is locked", and tansu exits.)
+    local pid ok=0
+    pid=$(cat "$DIR/tansu.pid")
     for _ in $(seq 200); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        if (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; then ok=1; break; fi
+        sleep 0.1
+    done
+    [ "$ok" = 1 ] || return 1
+    # tansu 0.6.0 lacks this index: without it fetches slow down until the broker stops answering.
+    ok=0
+    for _ in $(seq 100); do
         if python3 - "$DIR/tansu/tansu.db" <<'PY' 2>/dev/null
 import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], timeout=5)
+db = sqlite3.connect(sys.argv[1], timeout=10)
 if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'header'").fetchone():
     sys.exit(1)
 db.execute("CREATE INDEX IF NOT EXISTS header_tp_off ON header(topition, offset_id)")
@@ -150,10 +175,10 @@ PY
         then ok=1; break; fi
         sleep 0.1
     done
-    [ "$ok" = 1 ] || die "tansu did not create its schema: see $DIR/tansu.log"
-    wait_for "tansu (kafka)" 100 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KAFKA_PORT"
-    log "kafka (tansu) ready on 127.0.0.1:$KAFKA_PORT"
+    [ "$ok" = 1 ] || return 1
+    kill -0 "$pid" 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null
 }
+
 
 print_env() {
     cat <<EOF
@@ -167,6 +192,17 @@ export AWS_SECRET_ACCESS_KEY=strata-test
 export AWS_REGION=us-east-1
 export AWS_ALLOW_HTTP=true
 EOF
+}
+
+stop_kafka() {
+    if [ -f "$DIR/tansu.pid" ]; then
+        local pid
+        pid=$(cat "$DIR/tansu.pid")
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+        rm -f "$DIR/tansu.pid"
+    fi
 }
 
 stop_all() {
@@ -183,14 +219,7 @@ stop_all() {
         kill "$(cat "$DIR/moto.pid")" 2>/dev/null || true
         rm -f "$DIR/moto.pid"
     fi
-    if [ -f "$DIR/tansu.pid" ]; then
-        local pid
-        pid=$(cat "$DIR/tansu.pid")
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$pid" 2>/dev/null || true
-        rm -f "$DIR/tansu.pid"
-    fi
+    stop_kafka
     log "stopped"
 }
 
