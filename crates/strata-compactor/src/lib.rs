@@ -15,7 +15,6 @@ pub mod scenario;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::Duration;
 
 use strata_core::compaction::{
     compact, event_tokens, CompactionRecord, DeterministicSummarizer, Summarizer,
@@ -23,7 +22,8 @@ use strata_core::compaction::{
 use strata_core::payload::Payload;
 use strata_core::tokens::{O200k, TokenCounter};
 use strata_core::{Event, MAIN_BRANCH};
-use strata_ingest::{IngestOptions, Ingestor, Publisher};
+use strata_ingest::derive::{run_deriving, DeriveError};
+use strata_ingest::{Ingestor, Publisher};
 use strata_runtime::follow::{CountsByType, FollowStats};
 use strata_runtime::Backends;
 
@@ -48,6 +48,16 @@ pub enum Error {
     /// The request cannot be served.
     #[error("{0}")]
     Invalid(String),
+}
+
+impl From<DeriveError> for Error {
+    fn from(e: DeriveError) -> Self {
+        match e {
+            DeriveError::Log(e) => Error::Log(e),
+            DeriveError::Append(why) => Error::Append(why),
+            other => Error::Append(other.to_string()),
+        }
+    }
 }
 
 /// When and how much to compact.
@@ -232,96 +242,26 @@ pub async fn run_with(
     planner: &mut Planner,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(FollowStats, CountsByType), Error> {
-    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
-    let mut consumer = backends.log.subscribe(group).await?;
-    let mut stats = FollowStats::default();
-    let mut by_type = CountsByType::new();
-    let mut warm_until: std::collections::BTreeMap<u32, u64> = Default::default();
-    let mut positions = strata_runtime::Offsets::new();
-    let mut lag = strata_runtime::metrics::LagReporter::new(group, Duration::from_secs(1));
-    tokio::pin!(shutdown);
-    loop {
-        let polled = tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            p = consumer.poll(1000, Duration::from_millis(200)) => p?,
+    let result = run_deriving(backends, group, shutdown, |event, replaying, counts| {
+        let Some(record) = planner.observe(event) else {
+            return Vec::new();
         };
-        // The state is not checkpointed: on assignment, re-read the partition from offset 0
-        // up to the group's committed offset to rebuild it, without writing anything again.
-        let mut just_seeked = Vec::new();
-        for p in &polled.revoked {
-            positions.remove(p);
+        if replaying {
+            return Vec::new();
         }
-        lag.revoked(&polled.revoked);
-        if !polled.assigned.is_empty() {
-            let committed = backends.log.committed(group).await?;
-            for &p in &polled.assigned {
-                let c = committed.get(&p).copied().unwrap_or(0);
-                positions.insert(p, c);
-                if c > 0 {
-                    consumer.seek(p, 0)?;
-                    warm_until.insert(p, c);
-                    just_seeked.push(p);
-                }
-            }
-        }
-        if polled.records.is_empty() {
-            lag.report(backends.log.as_ref(), &positions).await;
-            continue;
-        }
-        let mut offsets = strata_runtime::Offsets::new();
-        let mut out = Vec::new();
-        for r in polled
-            .records
-            .iter()
-            .filter(|r| !just_seeked.contains(&r.partition))
-        {
-            if warm_until.get(&r.partition).is_some_and(|&w| r.offset < w) {
-                if let Ok(event) = backends.codec.decode(&r.value) {
-                    let _ = planner.observe(&event);
-                }
-                continue;
-            }
-            match backends.codec.decode(&r.value) {
-                Ok(event) => {
-                    stats.events += 1;
-                    *by_type.entry(event.event_type().as_str()).or_default() += 1;
-                    if let Some(record) = planner.observe(&event) {
-                        let key = if record.succeeded() {
-                            "compactions"
-                        } else {
-                            "failed"
-                        };
-                        *by_type.entry(key).or_default() += 1;
-                        tracing::info!(session = %record.session_id, id = %record.compaction_id,
-                            status = %record.status, failures = ?record.check.failures, "compaction");
-                        out.push((compaction_event(&record, &event), None));
-                    }
-                }
-                Err(e) => {
-                    stats.undecodable += 1;
-                    let reason = format!("undecodable event: {e}");
-                    backends.log.dead_letter(r, group, &reason).await?;
-                    strata_runtime::metrics::DEAD_LETTERS.add(1);
-                    tracing::error!(group, partition = r.partition, offset = r.offset, error = %e,
-                        "undecodable record set aside in the dead-letter queue");
-                }
-            }
-            offsets.insert(r.partition, r.offset + 1);
-        }
-        if !out.is_empty() {
-            ingestor
-                .ingest(&Publisher::Operator, out)
-                .await
-                .map_err(|e| Error::Append(e.to_string()))?;
-        }
-        consumer.commit(&offsets).await?;
-        positions.extend(offsets);
-        lag.report(backends.log.as_ref(), &positions).await;
-    }
-    consumer.close().await?;
-    tracing::info!(group, events = stats.events, "compactor stopped");
-    Ok((stats, by_type))
+        let key = if record.succeeded() {
+            "compactions"
+        } else {
+            "failed"
+        };
+        *counts.entry(key).or_default() += 1;
+        tracing::info!(session = %record.session_id, id = %record.compaction_id,
+            status = %record.status, failures = ?record.check.failures, "compaction");
+        vec![compaction_event(&record, event)]
+    })
+    .await?;
+    tracing::info!(group, events = result.0.events, "compactor stopped");
+    Ok(result)
 }
 
 /// Reads a session's events (canonical JSON, seq order) from the projections.

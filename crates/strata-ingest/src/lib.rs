@@ -25,6 +25,7 @@ use strata_core::{Event, FieldError};
 use strata_log::NewRecord;
 use strata_runtime::Backends;
 
+pub mod derive;
 pub mod http;
 
 /// Default size above which a tool output is stored as an artifact.

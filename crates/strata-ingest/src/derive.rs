@@ -1,0 +1,130 @@
+//! The consumer loop of the services that derive events from the log (the memory extractor and
+//! the compactor): they read the log in their own consumer group, hand each event to a pure
+//! observer, and append what it derives through ingest *before* committing the batch's offsets.
+//! A crash in between re-derives the same events, whose ids derive from their content, so ingest
+//! answers them as duplicates.
+//!
+//! Observers keep their state in memory without a checkpoint: on assignment the loop re-reads
+//! a partition from offset 0 up to the group's committed offset (`replaying`), so the observer
+//! rebuilds its state without anything being appended again. Undecodable records go to the
+//! dead-letter queue; the consumer lag is reported per partition.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use strata_core::Event;
+use strata_runtime::follow::{CountsByType, FollowStats};
+use strata_runtime::metrics::{LagReporter, DEAD_LETTERS};
+use strata_runtime::{Backends, Offsets};
+
+use crate::{IngestOptions, Ingestor, Publisher};
+
+/// Errors of the deriving loop.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeriveError {
+    #[error(transparent)]
+    Log(#[from] strata_log::Error),
+    /// Derived events could not be appended (nothing of the batch was committed).
+    #[error("appending derived events failed: {0}")]
+    Append(String),
+}
+
+/// Runs the deriving loop of consumer group `group` until `shutdown` resolves.
+///
+/// `observe(event, replaying, counts)` returns the events derived from `event`; while
+/// `replaying` (rebuilding state after an assignment) its output is dropped. It may add its own
+/// entries to `counts`, which also counts consumed events by type and `"appended"` ones.
+pub async fn run_deriving<F>(
+    backends: &Backends,
+    group: &str,
+    shutdown: impl Future<Output = ()>,
+    mut observe: F,
+) -> Result<(FollowStats, CountsByType), DeriveError>
+where
+    F: FnMut(&Event, bool, &mut CountsByType) -> Vec<Event>,
+{
+    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+    let mut consumer = backends.log.subscribe(group).await?;
+    let mut stats = FollowStats::default();
+    let mut counts = CountsByType::new();
+    let mut warm_until: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut positions = Offsets::new();
+    let mut lag = LagReporter::new(group, Duration::from_secs(1));
+    tokio::pin!(shutdown);
+    loop {
+        let polled = tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            p = consumer.poll(1000, Duration::from_millis(200)) => p?,
+        };
+        let mut just_seeked = Vec::new();
+        for p in &polled.revoked {
+            positions.remove(p);
+        }
+        lag.revoked(&polled.revoked);
+        if !polled.assigned.is_empty() {
+            let committed = backends.log.committed(group).await?;
+            for &p in &polled.assigned {
+                let c = committed.get(&p).copied().unwrap_or(0);
+                positions.insert(p, c);
+                if c > 0 {
+                    consumer.seek(p, 0)?;
+                    warm_until.insert(p, c);
+                    just_seeked.push(p);
+                }
+            }
+        }
+        if polled.records.is_empty() {
+            lag.report(backends.log.as_ref(), &positions).await;
+            continue;
+        }
+        let mut offsets = Offsets::new();
+        let mut out: Vec<(Event, Option<u64>)> = Vec::new();
+        for r in polled
+            .records
+            .iter()
+            .filter(|r| !just_seeked.contains(&r.partition))
+        {
+            if warm_until.get(&r.partition).is_some_and(|&w| r.offset < w) {
+                if let Ok(event) = backends.codec.decode(&r.value) {
+                    let _ = observe(&event, true, &mut counts);
+                }
+                continue;
+            }
+            match backends.codec.decode(&r.value) {
+                Ok(event) => {
+                    stats.events += 1;
+                    *counts.entry(event.event_type().as_str()).or_default() += 1;
+                    out.extend(
+                        observe(&event, false, &mut counts)
+                            .into_iter()
+                            .map(|d| (d, None)),
+                    );
+                }
+                Err(e) => {
+                    stats.undecodable += 1;
+                    let reason = format!("undecodable event: {e}");
+                    backends.log.dead_letter(r, group, &reason).await?;
+                    DEAD_LETTERS.add(1);
+                    tracing::error!(group, partition = r.partition, offset = r.offset, error = %e,
+                        "undecodable record set aside in the dead-letter queue");
+                }
+            }
+            offsets.insert(r.partition, r.offset + 1);
+        }
+        if !out.is_empty() {
+            *counts.entry("appended").or_default() += out.len() as u64;
+            ingestor
+                .ingest(&Publisher::Operator, out)
+                .await
+                .map_err(|e| DeriveError::Append(e.to_string()))?;
+        }
+        consumer.commit(&offsets).await?;
+        positions.extend(offsets);
+        lag.report(backends.log.as_ref(), &positions).await;
+    }
+    consumer.close().await?;
+    Ok((stats, counts))
+}
