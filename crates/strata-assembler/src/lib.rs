@@ -6,12 +6,16 @@
 //! projections to reach the session's log head, and marks the assembly
 //! (`projection_complete: false`) when they did not in time.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::json;
-use strata_core::assembly::{assemble, Assembled, AssemblyRequest, Provider};
+use strata_core::assembly::{
+    assemble_with_policy, rehydration_plan, Assembled, AssemblyPolicy, AssemblyRequest, Provider,
+    RehydrationDecision,
+};
 use strata_core::payload::{ContextBuilt, Payload};
 use strata_core::tokens::{CachedCounter, O200k};
 use strata_core::Event;
@@ -47,6 +51,10 @@ pub struct AssemblerOptions {
     pub record_assemblies: bool,
     /// The projector's consumer group (its offsets say how far the projections reach).
     pub projector_group: String,
+    /// Per tenant, the providers allowed to receive `confidential` raw payloads.
+    pub confidential_providers: BTreeMap<String, BTreeSet<Provider>>,
+    /// Most raw bytes rehydrated into one context.
+    pub rehydrate_max_bytes: u64,
 }
 
 impl Default for AssemblerOptions {
@@ -56,6 +64,8 @@ impl Default for AssemblerOptions {
             max_projection_wait: Duration::from_secs(5),
             record_assemblies: true,
             projector_group: strata_runtime::PROJECTOR_GROUP.into(),
+            confidential_providers: BTreeMap::new(),
+            rehydrate_max_bytes: strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES,
         }
     }
 }
@@ -79,6 +89,78 @@ pub struct ContextRequest {
     /// Completed turns kept verbatim (default 3).
     #[serde(default)]
     pub verbatim_turns: Option<usize>,
+    /// Assembly policy version (default: the current one).
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// Artifacts needed byte for byte (artifact refs or tool call ids); rehydrated from blob
+    /// storage only when selection, privacy, provider and byte budget allow.
+    #[serde(default)]
+    pub rehydrate: Vec<String>,
+    /// Record the full per-candidate trace with the assembly (default: the compact record).
+    #[serde(default)]
+    pub trace: bool,
+}
+
+/// The assembly policy settings of a deployment, as flags and environment (shared by the
+/// `strata-assembler` binary and `strata`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PolicyOpts {
+    /// Per tenant, the providers allowed to receive `confidential` raw payloads:
+    /// `tenant=provider[,provider][;tenant=...]`. `restricted` payloads never go to any provider.
+    #[arg(long, global = true, env = "STRATA_CONFIDENTIAL_PROVIDERS", value_parser = parse_confidential_providers, default_value = "")]
+    pub confidential_providers: BTreeMap<String, BTreeSet<Provider>>,
+    /// Most raw artifact bytes rehydrated into one context.
+    #[arg(long, global = true, env = "STRATA_REHYDRATE_MAX_BYTES", default_value_t = strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES)]
+    pub rehydrate_max_bytes: u64,
+}
+
+impl PolicyOpts {
+    /// `options` with these settings.
+    pub fn apply(&self, options: AssemblerOptions) -> AssemblerOptions {
+        AssemblerOptions {
+            confidential_providers: self.confidential_providers.clone(),
+            rehydrate_max_bytes: self.rehydrate_max_bytes,
+            ..options
+        }
+    }
+}
+
+/// Parses a per-tenant provider allow-list for `confidential` raw payloads:
+/// `tenant=provider,provider;tenant=provider` (e.g. `acme=anthropic;globex=openai,anthropic`).
+pub fn parse_confidential_providers(
+    spec: &str,
+) -> Result<BTreeMap<String, BTreeSet<Provider>>, String> {
+    let mut out: BTreeMap<String, BTreeSet<Provider>> = BTreeMap::new();
+    for (i, entry) in spec.split(';').map(str::trim).enumerate() {
+        if entry.is_empty() {
+            continue;
+        }
+        let (tenant, providers) = entry.split_once('=').ok_or_else(|| {
+            format!(
+                "confidential providers, entry {}: {entry:?} is not tenant=provider[,provider]",
+                i + 1
+            )
+        })?;
+        let tenant = tenant.trim();
+        if tenant.is_empty() {
+            return Err(format!(
+                "confidential providers, entry {}: empty tenant",
+                i + 1
+            ));
+        }
+        let set = out.entry(tenant.to_owned()).or_default();
+        for p in providers
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            set.insert(
+                p.parse()
+                    .map_err(|e| format!("confidential providers, tenant {tenant}: {e}"))?,
+            );
+        }
+    }
+    Ok(out)
 }
 
 /// The assembler service.
@@ -156,13 +238,35 @@ impl Assembler {
                 branch: branch.clone(),
             })?;
         let snapshot_us = started.elapsed().as_micros() as u64;
-        let assembly_request = AssemblyRequest {
-            provider: request.provider.unwrap_or_default(),
+        let policy = match &request.policy {
+            None => AssemblyPolicy::default(),
+            Some(v) => AssemblyPolicy::by_version(v).ok_or_else(|| {
+                Error::BadRequest(format!(
+                    "policy: unknown assembly policy {v:?}; known: {}",
+                    AssemblyPolicy::all().map(|p| p.version).join(", ")
+                ))
+            })?,
+        };
+        let provider = request.provider.unwrap_or_default();
+        let mut assembly_request = AssemblyRequest {
+            provider,
             budget: request.budget,
             request: request.request.clone(),
             verbatim_turns: request.verbatim_turns.unwrap_or(3),
+            confidential_allowed: self
+                .options
+                .confidential_providers
+                .get(tenant)
+                .is_some_and(|allowed| allowed.contains(&provider)),
+            rehydrate: request.rehydrate.clone(),
+            rehydrate_max_bytes: self.options.rehydrate_max_bytes,
+            ..AssemblyRequest::default()
         };
-        let mut assembled = assemble(&snapshot, &assembly_request, self.tokens.as_ref());
+        assembly_request.rehydrated = self
+            .read_rehydrated(tenant, &rehydration_plan(&snapshot, &assembly_request))
+            .await;
+        let mut assembled =
+            assemble_with_policy(&snapshot, &assembly_request, &policy, self.tokens.as_ref());
         assembled.assembly.projection_complete = complete;
         assembled
             .assembly
@@ -176,7 +280,7 @@ impl Assembler {
         strata_runtime::metrics::ASSEMBLY_LATENCY.observe(started.elapsed());
         let mut recorded = false;
         if self.options.record_assemblies {
-            match self.record(&assembled).await {
+            match self.record(&assembled, request.trace).await {
                 Ok(()) => recorded = true,
                 Err(e) => {
                     strata_runtime::metrics::ASSEMBLIES_UNRECORDED.add(1);
@@ -186,6 +290,39 @@ impl Assembler {
             }
         }
         Ok((assembled, recorded))
+    }
+
+    /// Reads the raw bytes of the artifacts a rehydration plan admitted. An artifact that cannot
+    /// be read is left out (the core then records the refusal); its bytes are never logged.
+    async fn read_rehydrated(
+        &self,
+        tenant: &str,
+        plan: &[RehydrationDecision],
+    ) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for d in plan.iter().filter(|d| d.rehydrated) {
+            let Some(uri) = &d.artifact_ref else { continue };
+            let Some(sha) = uri.strip_prefix("artifact:sha256:") else {
+                continue;
+            };
+            match self.backends.blobs.get_artifact(tenant, sha).await {
+                Ok(Some(bytes)) => match String::from_utf8(bytes.to_vec()) {
+                    Ok(text) => {
+                        out.insert(uri.clone(), text);
+                    }
+                    Err(_) => {
+                        tracing::warn!(tenant, artifact = %uri, "artifact is not UTF-8 text; not rehydrated")
+                    }
+                },
+                Ok(None) => {
+                    tracing::warn!(tenant, artifact = %uri, "artifact missing from blob storage")
+                }
+                Err(e) => {
+                    tracing::warn!(tenant, artifact = %uri, error = %e, "could not read artifact")
+                }
+            }
+        }
+        out
     }
 
     /// Waits, bounded, until the projections hold every event appended for the session before
@@ -270,8 +407,16 @@ impl Assembler {
 
     /// Appends the assembly to the log as a `ContextBuilt` event. Its id derives from the
     /// assembly id, so recording the same assembly twice has one effect.
-    async fn record(&self, assembled: &Assembled) -> Result<(), Error> {
-        let a = &assembled.assembly;
+    /// Production assemblies record the compact form (counts by reason, selected refs); with
+    /// `trace` the full per-candidate trace.
+    async fn record(&self, assembled: &Assembled, trace: bool) -> Result<(), Error> {
+        let compact;
+        let a = if trace {
+            &assembled.assembly
+        } else {
+            compact = assembled.assembly.compact();
+            &compact
+        };
         let event = Event {
             event_id: format!("ctx_{}", a.assembly_id),
             tenant_id: a.tenant_id.clone(),

@@ -14,6 +14,7 @@ pub(crate) const DEMO_SESSION: &str = "demo-invoice-fix";
 
 pub(crate) async fn run(
     opts: &BackendOpts,
+    policy: &strata_assembler::PolicyOpts,
     wait: std::time::Duration,
     args: &ContextArgs,
 ) -> anyhow::Result<()> {
@@ -33,7 +34,7 @@ pub(crate) async fn run(
         // A realistic per-call budget: what an agent would give its context, not the whole window.
         request.budget = Some(16_000);
     }
-    let assembled = crate::assembler(&backends)
+    let assembled = crate::assembler(&backends, policy)
         .context(&args.tenant, DEMO_SESSION, &request)
         .await?;
     strata_projector::bring_current(&backends, wait).await?;

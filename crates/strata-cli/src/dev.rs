@@ -9,7 +9,11 @@ use strata_projector::{Projector, ProjectorOptions};
 use strata_runtime::{auth, BackendOpts, Backends};
 use tokio::sync::watch;
 
-pub(crate) async fn run(opts: &BackendOpts, listen: SocketAddr) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    opts: &BackendOpts,
+    policy: &strata_assembler::PolicyOpts,
+    listen: SocketAddr,
+) -> anyhow::Result<()> {
     let backends = Backends::open(opts, "strata dev").await?;
     let key = auth::ensure_dev_key(backends.store.as_ref(), &backends.data_dir).await?;
     let caught_up = strata_projector::catch_up(&backends).await?;
@@ -42,7 +46,7 @@ pub(crate) async fn run(opts: &BackendOpts, listen: SocketAddr) -> anyhow::Resul
     let assembler = Assembler::new(
         backends.clone(),
         ingestor.clone(),
-        AssemblerOptions::default(),
+        policy.apply(AssemblerOptions::default()),
     );
     let router = strata_ingest::http::routes(ingestor.clone())
         .merge(strata_assembler::http::routes(assembler))

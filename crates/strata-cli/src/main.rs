@@ -43,6 +43,8 @@ struct Cli {
         default_value_t = 60
     )]
     projection_wait_secs: u64,
+    #[command(flatten)]
+    policy: strata_assembler::PolicyOpts,
     #[command(subcommand)]
     command: Command,
 }
@@ -186,6 +188,16 @@ struct ContextArgs {
     /// Print one JSON object: {"payload", "assembly"}.
     #[arg(long)]
     json: bool,
+    /// Assembly policy version (default: the current one).
+    #[arg(long)]
+    policy: Option<String>,
+    /// An artifact needed byte for byte (artifact ref or tool call id); repeatable. Rehydrated
+    /// only when selection, privacy, provider and the byte budget allow.
+    #[arg(long)]
+    rehydrate: Vec<String>,
+    /// Record the full per-candidate trace with the assembly (default: the compact record).
+    #[arg(long)]
+    trace: bool,
 }
 
 impl ContextArgs {
@@ -197,6 +209,9 @@ impl ContextArgs {
             budget: self.budget,
             request: self.request.clone(),
             verbatim_turns: None,
+            policy: self.policy.clone(),
+            rehydrate: self.rehydrate.clone(),
+            trace: self.trace,
         }
     }
 }
@@ -238,17 +253,21 @@ async fn open_current(
     Ok(backends)
 }
 
-fn assembler(backends: &Backends) -> Assembler {
+fn assembler(backends: &Backends, policy: &strata_assembler::PolicyOpts) -> Assembler {
     let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
-    Assembler::new(backends.clone(), ingestor, AssemblerOptions::default())
+    Assembler::new(
+        backends.clone(),
+        ingestor,
+        policy.apply(AssemblerOptions::default()),
+    )
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let opts = &cli.backends;
     let wait = Duration::from_secs(cli.projection_wait_secs);
     match cli.command {
-        Command::Dev { listen } => dev::run(opts, listen).await,
-        Command::Demo { context } => demo::run(opts, wait, &context).await,
+        Command::Dev { listen } => dev::run(opts, &cli.policy, listen).await,
+        Command::Demo { context } => demo::run(opts, &cli.policy, wait, &context).await,
         Command::Import { files } => {
             let backends = open_current(opts, wait, "strata import").await?;
             jsonl::import(&backends, wait, &files).await
@@ -263,7 +282,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Context { session, context } => {
             let backends = open_current(opts, wait, "strata context").await?;
-            let assembled = assembler(&backends)
+            let assembled = assembler(&backends, &cli.policy)
                 .context(&context.tenant, &session, &context.request())
                 .await?;
             strata_projector::bring_current(&backends, wait).await?;

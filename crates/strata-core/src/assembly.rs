@@ -116,6 +116,8 @@ pub enum OmissionReason {
     Redundant,
     /// A memory of another session, project or tenant that its scope keeps out.
     OtherScope,
+    /// A child subagent's work, private to the child until it finishes or is promoted.
+    NotPromoted,
 }
 
 /// A message of the current branch lineage, with the tool calls it asked for.
@@ -197,7 +199,9 @@ pub struct Snapshot {
 }
 
 /// Output format of the payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Provider {
     /// OpenAI-style chat completions.
@@ -239,6 +243,29 @@ pub struct AssemblyRequest {
     pub request: Option<String>,
     /// Completed turns kept verbatim before older ones are digested.
     pub verbatim_turns: usize,
+    /// Whether the tenant's allow-list admits `provider` for `confidential` raw payloads
+    /// (`restricted` ones never go to any provider).
+    #[serde(default)]
+    pub confidential_allowed: bool,
+    /// Artifacts the caller needs byte for byte: artifact refs (`sha256:...`) or tool call ids.
+    /// Each is rehydrated only after selection, the privacy and provider checks and the byte
+    /// budget; see [`rehydration_plan`].
+    #[serde(default)]
+    pub rehydrate: Vec<String>,
+    /// The raw bytes of the artifacts [`rehydration_plan`] admitted, by artifact ref, as the
+    /// service read them from blob storage (the core does no I/O).
+    #[serde(default)]
+    pub rehydrated: BTreeMap<String, String>,
+    /// Most raw bytes rehydrated into one context.
+    #[serde(default = "default_rehydrate_max_bytes")]
+    pub rehydrate_max_bytes: u64,
+}
+
+/// Default byte budget of raw rehydration.
+pub const DEFAULT_REHYDRATE_MAX_BYTES: u64 = 64 * 1024;
+
+fn default_rehydrate_max_bytes() -> u64 {
+    DEFAULT_REHYDRATE_MAX_BYTES
 }
 
 impl Default for AssemblyRequest {
@@ -248,6 +275,10 @@ impl Default for AssemblyRequest {
             budget: None,
             request: None,
             verbatim_turns: 3,
+            confidential_allowed: false,
+            rehydrate: Vec::new(),
+            rehydrated: BTreeMap::new(),
+            rehydrate_max_bytes: DEFAULT_REHYDRATE_MAX_BYTES,
         }
     }
 }
@@ -306,10 +337,203 @@ pub struct ContextAssembly {
     /// then misses the newest events, and says so.
     #[serde(default = "default_true")]
     pub projection_complete: bool,
+    /// Every artifact asked for byte for byte, rehydrated or refused, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rehydrations: Vec<RehydrationDecision>,
+    /// Whether `omitted_items` holds the full per-candidate trace (false in the compact record
+    /// production stores: counts by reason and the selected refs only).
+    #[serde(default = "default_true")]
+    pub traced: bool,
+}
+
+impl ContextAssembly {
+    /// The compact record production stores: everything but the per-candidate omissions (their
+    /// counts by reason stay in `omitted`).
+    pub fn compact(&self) -> ContextAssembly {
+        ContextAssembly {
+            omitted_items: Vec::new(),
+            traced: false,
+            ..self.clone()
+        }
+    }
 }
 
 fn default_true() -> bool {
     true
+}
+
+/// What became of one artifact asked for byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RehydrationDecision {
+    /// What was asked for: an artifact ref or a tool call id, or the tool call the request's
+    /// words named.
+    pub target: String,
+    pub tool_call_id: Option<String>,
+    pub artifact_ref: Option<String>,
+    pub bytes: Option<u64>,
+    /// Whether the raw bytes go into the context.
+    pub rehydrated: bool,
+    pub reason: String,
+}
+
+/// Words that make a request ask for exact bytes ("use the exact CSV from before").
+const EXACT_WORDS: [&str; 6] = [
+    "exact",
+    "exactly",
+    "raw",
+    "verbatim",
+    "byte-for-byte",
+    "original",
+];
+/// Words too common to name an artifact.
+const STOP_WORDS: [&str; 24] = [
+    "the", "use", "exact", "exactly", "raw", "verbatim", "original", "from", "before", "earlier",
+    "please", "with", "and", "that", "this", "again", "file", "data", "output", "same", "give",
+    "show", "send", "bytes",
+];
+
+/// Decides, before any blob is read, which artifacts the context may carry byte for byte: the
+/// ones `request.rehydrate` names, and the one the current request's words name when it asks
+/// for exact bytes. Each must be a tool result this participant may see on this branch lineage,
+/// pass the privacy and provider checks, and fit the byte budget (in the order asked). Pure:
+/// the service reads the admitted ones from blob storage and passes them in
+/// `AssemblyRequest::rehydrated`.
+pub fn rehydration_plan(
+    snapshot: &Snapshot,
+    request: &AssemblyRequest,
+) -> Vec<RehydrationDecision> {
+    let pairs: Vec<(&TimelineMessage, &ToolPair)> = snapshot
+        .messages
+        .iter()
+        .flat_map(|m| m.tool_calls.iter().map(move |c| (m, c)))
+        .collect();
+    let mut targets: Vec<String> = request.rehydrate.clone();
+    let request_text = request.request.clone().or_else(|| {
+        snapshot
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map(|m| m.text.clone())
+    });
+    if let Some(text) = request_text {
+        let lower = text.to_lowercase();
+        let words: Vec<&str> = lower
+            .split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_' || c == '.'))
+            .map(|w| w.trim_matches('.'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        if words.iter().any(|w| EXACT_WORDS.contains(w)) {
+            let names: Vec<&str> = words
+                .iter()
+                .copied()
+                .filter(|w| w.len() >= 3 && !STOP_WORDS.contains(w))
+                .collect();
+            // The newest answered call whose name or arguments share the most words.
+            let best = pairs
+                .iter()
+                .rev()
+                .filter(|(_, c)| c.output.is_some() || c.output_ref.is_some())
+                .map(|(_, c)| {
+                    let hay = format!("{} {}", c.name, c.args).to_lowercase();
+                    (names.iter().filter(|w| hay.contains(**w)).count(), *c)
+                })
+                .filter(|(score, _)| *score > 0)
+                .fold(None::<(usize, &ToolPair)>, |best, (score, c)| match best {
+                    Some((b, _)) if b >= score => best,
+                    _ => Some((score, c)),
+                });
+            if let Some((_, c)) = best {
+                if !targets.contains(&c.tool_call_id)
+                    && !c.output_ref.as_ref().is_some_and(|r| targets.contains(r))
+                {
+                    targets.push(c.tool_call_id.clone());
+                }
+            }
+        }
+    }
+    let mut spent: u64 = 0;
+    let mut decisions = Vec::new();
+    for target in targets {
+        let found = pairs.iter().find(|(_, c)| {
+            c.tool_call_id == target || c.output_ref.as_deref() == Some(target.as_str())
+        });
+        let refuse = |tool: Option<&ToolPair>, reason: String| RehydrationDecision {
+            target: target.clone(),
+            tool_call_id: tool.map(|c| c.tool_call_id.clone()),
+            artifact_ref: tool.and_then(|c| c.output_ref.clone()),
+            bytes: tool.and_then(|c| c.output_bytes),
+            rehydrated: false,
+            reason,
+        };
+        let Some((message, c)) = found else {
+            decisions.push(refuse(
+                None,
+                "no tool result of this branch lineage has this id or artifact ref".into(),
+            ));
+            continue;
+        };
+        if message.participant_id != snapshot.participant_id && message.role == "assistant" {
+            decisions.push(refuse(
+                Some(c),
+                format!("private to participant {}", message.participant_id),
+            ));
+            continue;
+        }
+        if c.output.is_none() && c.output_ref.is_none() {
+            decisions.push(refuse(Some(c), "the call has no output".into()));
+            continue;
+        }
+        match c.privacy_class {
+            Some(PrivacyClass::Restricted) => {
+                decisions.push(refuse(
+                    Some(c),
+                    "restricted: raw bytes never go to a provider".into(),
+                ));
+                continue;
+            }
+            Some(PrivacyClass::Confidential) if !request.confidential_allowed => {
+                decisions.push(refuse(
+                    Some(c),
+                    format!(
+                        "confidential: {} is not on the tenant's allow-list",
+                        request.provider.as_str()
+                    ),
+                ));
+                continue;
+            }
+            _ => {}
+        }
+        let bytes = c
+            .output_bytes
+            .or_else(|| c.output.as_ref().map(|o| o.len() as u64))
+            .unwrap_or(0);
+        if spent + bytes > request.rehydrate_max_bytes {
+            decisions.push(refuse(
+                Some(c),
+                format!(
+                    "{bytes} bytes exceed the rehydration byte budget ({} of {} left)",
+                    request.rehydrate_max_bytes.saturating_sub(spent),
+                    request.rehydrate_max_bytes
+                ),
+            ));
+            continue;
+        }
+        spent += bytes;
+        decisions.push(RehydrationDecision {
+            target: target.clone(),
+            tool_call_id: Some(c.tool_call_id.clone()),
+            artifact_ref: c.output_ref.clone(),
+            bytes: Some(bytes),
+            rehydrated: true,
+            reason: if c.output_ref.is_some() {
+                "asked for byte for byte; privacy, provider and byte budget allow".into()
+            } else {
+                "asked for byte for byte; the output is stored inline".into()
+            },
+        });
+    }
+    decisions
 }
 
 /// A provider-neutral message of the bundle.
@@ -820,6 +1044,8 @@ pub fn assemble_with_policy(
             payload_sha256,
             timings_us: BTreeMap::new(),
             projection_complete: true,
+            rehydrations: Vec::new(),
+            traced: true,
         },
         messages,
         tools: snapshot.tools.clone(),

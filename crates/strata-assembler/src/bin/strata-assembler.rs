@@ -24,6 +24,8 @@ struct Opts {
     /// The projector's consumer group (its offsets say how far the projections reach).
     #[arg(long, env = "STRATA_PROJECTOR_GROUP", default_value = strata_runtime::PROJECTOR_GROUP)]
     projector_group: String,
+    #[command(flatten)]
+    policy: strata_assembler::PolicyOpts,
 }
 
 #[tokio::main]
@@ -41,11 +43,11 @@ async fn main() -> anyhow::Result<()> {
     let assembler = Assembler::new(
         backends,
         ingestor,
-        AssemblerOptions {
+        opts.policy.apply(AssemblerOptions {
             max_projection_wait: std::time::Duration::from_millis(opts.max_projection_wait_ms),
             projector_group: opts.projector_group,
             ..AssemblerOptions::default()
-        },
+        }),
     );
     strata_runtime::serve(
         http::routes(assembler),
