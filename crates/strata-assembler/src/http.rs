@@ -12,6 +12,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use strata_runtime::{auth, ApiError};
 
+use strata_core::assembly::ContextAssembly;
+
 use crate::{Assembler, ContextRequest, Error};
 
 /// The assembler and read routes.
@@ -64,14 +66,36 @@ async fn context(
     }
 }
 
+/// Query of `GET /v1/assemblies/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AssemblyQuery {
+    /// Answer for one record (event id, tool call id or artifact ref) instead.
+    why_not: Option<String>,
+}
+
 async fn assembly(
     State(a): State<Assembler>,
     Path(id): Path<String>,
+    Query(query): Query<AssemblyQuery>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = tenant(&a, &headers).await?;
     match a.backends().store.assembly(&tenant, &id).await {
-        Ok(Some(record)) => Ok(Json(record)),
+        Ok(Some(record)) => match query.why_not {
+            None => Ok(Json(record)),
+            Some(reference) => {
+                let parsed: ContextAssembly = serde_json::from_value(record).map_err(|e| {
+                    ApiError::internal(&format!("assembly {id:?} is unreadable: {e}"))
+                })?;
+                Ok(Json(json!({
+                    "assembly_id": parsed.assembly_id,
+                    "reference": reference,
+                    "traced": parsed.traced,
+                    "explanation": strata_core::assembly::explain(&parsed, &reference),
+                })))
+            }
+        },
         Ok(None) => Err(ApiError::not_found(format!("assembly {id:?} not found"))),
         Err(e) => Err(store_error(e)),
     }

@@ -91,6 +91,10 @@ enum Command {
         /// Print the record as JSON.
         #[arg(long)]
         json: bool,
+        /// Answer for one record (event id, tool call id or artifact ref): why it was included,
+        /// or why not.
+        #[arg(long, value_name = "REF")]
+        why_not: Option<String>,
     },
     /// Manage API keys.
     Keys {
@@ -198,6 +202,10 @@ struct ContextArgs {
     /// Record the full per-candidate trace with the assembly (default: the compact record).
     #[arg(long)]
     trace: bool,
+    /// Answer for one record (event id, tool call id or artifact ref) instead of printing the
+    /// context: why it is included, or why not.
+    #[arg(long, value_name = "REF")]
+    why_not: Option<String>,
 }
 
 impl ContextArgs {
@@ -286,12 +294,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .context(&context.tenant, &session, &context.request())
                 .await?;
             strata_projector::bring_current(&backends, wait).await?;
-            view::print_context(&assembled, context.json)
+            match &context.why_not {
+                Some(reference) => {
+                    view::print_why_not(&assembled.assembly, reference, context.json)
+                }
+                None => view::print_context(&assembled, context.json),
+            }
         }
         Command::Inspect {
             assembly,
             tenant,
             json,
+            why_not,
         } => {
             let backends = open_current(opts, wait, "strata inspect").await?;
             let record = backends
@@ -301,7 +315,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .ok_or_else(|| {
                     anyhow::anyhow!("assembly {assembly:?} not found for tenant {tenant:?}")
                 })?;
-            view::print_assembly_record(&record, json)
+            match why_not {
+                Some(reference) => {
+                    let a = serde_json::from_value(record)
+                        .map_err(|e| anyhow::anyhow!("assembly {assembly:?} is unreadable: {e}"))?;
+                    view::print_why_not(&a, &reference, json)
+                }
+                None => view::print_assembly_record(&record, json),
+            }
         }
         Command::Keys {
             command: KeysCommand::Create { tenant, label },

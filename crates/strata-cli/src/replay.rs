@@ -34,7 +34,7 @@ pub(crate) struct ReplayArgs {
     /// Replay the log archive in blob storage (`strata archive`) instead of the log.
     #[arg(long, conflicts_with = "events")]
     from_archive: bool,
-    /// Assembly policy version to compare with the recorded one (e.g. strata.assembly/2-tight).
+    /// Assembly policy version to compare with the recorded one (e.g. strata.assembly/3-tight).
     #[arg(long)]
     policy: Option<String>,
     /// Token budget of every assembly (default: the recorded one, or the window).

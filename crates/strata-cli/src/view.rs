@@ -146,3 +146,29 @@ pub(crate) fn print_assembly_record(record: &Value, as_json: bool) -> anyhow::Re
     print!("{}", render_assembly(&a));
     Ok(())
 }
+
+/// Prints why one record is, or is not, in an assembly.
+pub(crate) fn print_why_not(
+    a: &ContextAssembly,
+    reference: &str,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let lines = strata_core::assembly::explain(a, reference);
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "assembly_id": a.assembly_id,
+                "reference": reference,
+                "traced": a.traced,
+                "explanation": lines,
+            }))?
+        );
+    } else {
+        println!("{reference} in {}:", a.assembly_id);
+        for line in lines {
+            println!("  {line}");
+        }
+    }
+    Ok(())
+}

@@ -71,7 +71,7 @@ fn replay_changes_nothing_live_and_rebuild_switches_readers() {
             "--tenant",
             "dev",
             "--policy",
-            "strata.assembly/2-tight",
+            "strata.assembly/3-tight",
             "--budget",
             "4000",
             "--report",
@@ -85,7 +85,7 @@ fn replay_changes_nothing_live_and_rebuild_switches_readers() {
         summary["call_points"].as_u64().expect("points") > 0,
         "{summary}"
     );
-    assert_eq!(summary["candidate_policy"], "strata.assembly/2-tight");
+    assert_eq!(summary["candidate_policy"], "strata.assembly/3-tight");
     let points = std::fs::read_to_string(&report).expect("report");
     assert_eq!(
         points.lines().count() as u64,
@@ -103,7 +103,7 @@ fn replay_changes_nothing_live_and_rebuild_switches_readers() {
             "replay",
             "--from-archive",
             "--policy",
-            "strata.assembly/2-tight",
+            "strata.assembly/3-tight",
             "--budget",
             "4000",
             "--json",
@@ -120,7 +120,7 @@ fn replay_changes_nothing_live_and_rebuild_switches_readers() {
     // An unknown policy is refused, naming the known ones.
     let bad = strata(&data, &["replay", "--policy", "nope"]);
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("strata.assembly/1"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("strata.assembly/3"));
 
     let out = ok(&data, &["rebuild"]);
     assert!(out.contains("readers switched to strata.gen-2.db"), "{out}");

@@ -23,11 +23,11 @@ use crate::projection::{truncate_chars, AgentState, ToolStatus};
 use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS};
 
 /// Version of the assembly policy; recorded in every assembly, part of its identity.
-pub const POLICY_VERSION: &str = "strata.assembly/1";
-/// A second policy, selectable for replays ("what if"): tighter budget tiers. It spends at most
+pub const POLICY_VERSION: &str = "strata.assembly/3";
+/// A second policy, selectable for replays ("what if"): the same rules with tighter budget tiers. It spends at most
 /// three quarters of the budget, keeps two completed turns verbatim instead of the request's
 /// count, and sends no P3 digests of older turns.
-pub const POLICY_VERSION_TIGHT: &str = "strata.assembly/2-tight";
+pub const POLICY_VERSION_TIGHT: &str = "strata.assembly/3-tight";
 
 /// An assembly policy, chosen by version. [`AssemblyPolicy::default`] is [`POLICY_VERSION`]
 /// and assembles exactly what [`assemble`] does.
@@ -196,6 +196,12 @@ pub struct Snapshot {
     /// its own clock, so assembly stays deterministic).
     #[serde(default)]
     pub as_of: Option<String>,
+    /// Messages of the session outside this branch's lineage (sibling branches, an ancestor
+    /// after the fork point), and their tokens: never candidates, counted as `other_branch`.
+    #[serde(default)]
+    pub other_branch_messages: u64,
+    #[serde(default)]
+    pub other_branch_tokens: u64,
 }
 
 /// Output format of the payload.
@@ -536,6 +542,89 @@ pub fn rehydration_plan(
     decisions
 }
 
+/// Why a record (an event id, a tool call id or an artifact ref) was or was not part of an
+/// assembly: one line per fact the record holds about it.
+pub fn explain(a: &ContextAssembly, reference: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    for seg in a
+        .included
+        .iter()
+        .filter(|s| s.source_event_ids.iter().any(|id| id == reference))
+    {
+        lines.push(format!(
+            "included in {} ({}, {:?}, {}, {} tokens): {}",
+            seg.id, seg.kind, seg.tier, seg.rendering, seg.tokens, seg.reason
+        ));
+    }
+    for o in a
+        .omitted_items
+        .iter()
+        .filter(|o| o.source_event_ids.iter().any(|id| id == reference))
+    {
+        lines.push(format!(
+            "left out: {} ({}, {:?}, {} tokens)",
+            omission_text(o.reason),
+            o.kind,
+            o.tier,
+            o.tokens
+        ));
+    }
+    for d in a.rehydrations.iter().filter(|d| {
+        d.target == reference
+            || d.tool_call_id.as_deref() == Some(reference)
+            || d.artifact_ref.as_deref() == Some(reference)
+    }) {
+        lines.push(format!(
+            "raw bytes {}: {}",
+            if d.rehydrated {
+                "rehydrated"
+            } else {
+                "refused"
+            },
+            d.reason
+        ));
+    }
+    if lines.is_empty() {
+        let counts = a
+            .omitted
+            .iter()
+            .map(|(r, n)| format!("{} {n}", omission_text(*r)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        lines.push(if a.traced {
+            format!(
+                "not a candidate of this assembly: not on branch {}'s lineage or window for \
+                 participant {}, or not a record of session {} (omissions by reason: {counts})",
+                a.branch_id, a.participant_id, a.session_id
+            )
+        } else {
+            format!(
+                "not among the selected refs; this record is compact (omissions by reason: \
+                 {counts}); assemble with --trace to keep every candidate"
+            )
+        });
+    }
+    lines
+}
+
+/// A reason in words.
+pub fn omission_text(reason: OmissionReason) -> &'static str {
+    match reason {
+        OmissionReason::Budget => "did not fit the token budget",
+        OmissionReason::Stale => "stale",
+        OmissionReason::Superseded => "superseded by a newer record",
+        OmissionReason::OtherBranch => "on another branch",
+        OmissionReason::OtherParticipant => "private to another participant",
+        OmissionReason::PrivacyProvider => "withheld from this provider by privacy policy",
+        OmissionReason::AuditOnly => "audit-only",
+        OmissionReason::OrphanResult => "a tool result without a call",
+        OmissionReason::Compacted => "covered by a compaction summary",
+        OmissionReason::Redundant => "redundant with content already included",
+        OmissionReason::OtherScope => "outside this session's scope",
+        OmissionReason::NotPromoted => "a subagent's work, not promoted",
+    }
+}
+
 /// A provider-neutral message of the bundle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
@@ -634,8 +723,26 @@ pub fn assemble_with_policy(
         budget
     };
 
+    let gate = Gate {
+        provider: request.provider,
+        confidential_allowed: request.confidential_allowed,
+    };
     let mut units: Vec<Unit> = Vec::new();
-    let mut omitted_items: Vec<Omission> = Vec::new();
+    // Visibility first: another participant's working state is never a candidate.
+    let (visible, mut omitted_items) = visible_messages(snapshot, tokens);
+    // Raw outputs the privacy policy withholds from this provider: each stays a candidate as
+    // its metadata-only safe summary, and is counted.
+    for c in visible.iter().flat_map(|m| m.tool_calls.iter()) {
+        if gate.withholds(c.privacy_class) && (c.output.is_some() || c.output_ref.is_some()) {
+            omitted_items.push(Omission {
+                kind: "raw_tool_output".into(),
+                tier: Tier::P2,
+                reason: OmissionReason::PrivacyProvider,
+                source_event_ids: c.result_event_id.iter().cloned().collect(),
+                tokens: c.output_tokens,
+            });
+        }
+    }
 
     // P0: system prompt and tool schemas.
     if let Some(prompt) = &snapshot.system_prompt {
@@ -663,10 +770,8 @@ pub fn assemble_with_policy(
         .filter(|c| c.succeeded() && c.first_kept_seq > 0);
     let live: Vec<&TimelineMessage> = match compaction {
         Some(c) => {
-            let (old, live): (Vec<&TimelineMessage>, Vec<&TimelineMessage>) = snapshot
-                .messages
-                .iter()
-                .partition(|m| m.seq < c.first_kept_seq);
+            let (old, live): (Vec<&TimelineMessage>, Vec<&TimelineMessage>) =
+                visible.iter().partition(|m| m.seq < c.first_kept_seq);
             let summary = c.render();
             units.push(Unit {
                 kind: "compaction_summary",
@@ -680,7 +785,7 @@ pub fn assemble_with_policy(
                 tokens: tokens.count(&summary) + MESSAGE_OVERHEAD_TOKENS,
                 messages: vec![BundleMessage::System { text: summary }],
                 protected: true,
-                order: (1, 0, 3),
+                order: (1, 0, 4),
             });
             if !old.is_empty() || snapshot.messages_before_window > 0 {
                 omitted_items.push(Omission {
@@ -693,7 +798,7 @@ pub fn assemble_with_policy(
             }
             live
         }
-        None => snapshot.messages.iter().collect(),
+        None => visible.iter().collect(),
     };
 
     // Split messages into turns (a user message and what followed it).
@@ -714,7 +819,7 @@ pub fn assemble_with_policy(
         let is_request = i == 0 && m.role == "user";
         let has_open = m.tool_calls.iter().any(|c| c.status.is_open());
         let (messages, sources, t) =
-            render_message(m, Rendering::Current, &BTreeMap::new(), tokens);
+            render_message(m, Rendering::Current, &BTreeMap::new(), gate, tokens);
         for c in m.tool_calls.iter().filter(|c| c.status.is_open()) {
             pending_sources.push(c.request_event_id.clone());
         }
@@ -761,8 +866,7 @@ pub fn assemble_with_policy(
 
     // P0: pending tool calls, as a state note (an unanswered call cannot be sent to a provider
     // as a message without its result).
-    let mut pending: Vec<&ToolPair> = snapshot
-        .messages
+    let mut pending: Vec<&ToolPair> = visible
         .iter()
         .flat_map(|m| m.tool_calls.iter())
         .chain(snapshot.loose_tool_calls.iter())
@@ -795,7 +899,7 @@ pub fn assemble_with_policy(
             messages: vec![BundleMessage::System { text }],
             tokens: t,
             protected: false,
-            order: (1, 0, 2),
+            order: (1, 0, 3),
         });
     }
 
@@ -816,6 +920,28 @@ pub fn assemble_with_policy(
             order: (1, 0, 0),
         });
     }
+    let (recovery_text, recovery_sources) = render_recovery(state);
+    if !recovery_text.is_empty() {
+        units.push(Unit {
+            kind: "recovery_state",
+            tier: Tier::P0,
+            reason: "unresolved errors and retry-critical state are protected until resolved"
+                .into(),
+            tokens: tokens.count(&recovery_text) + MESSAGE_OVERHEAD_TOKENS,
+            sources: recovery_sources,
+            rendering: "verbatim",
+            messages: vec![BundleMessage::System {
+                text: recovery_text,
+            }],
+            protected: false,
+            order: (1, 0, 1),
+        });
+    }
+    for (i, child) in state.subagents.iter().enumerate() {
+        let (unit, omission) = subagent_unit(child, i as u32, tokens);
+        units.push(unit);
+        omitted_items.extend(omission);
+    }
     let (facts_text, facts_sources) = render_facts(state);
     let facts_unit = (!facts_text.is_empty()).then(|| Unit {
         kind: "decisions_and_facts",
@@ -826,7 +952,7 @@ pub fn assemble_with_policy(
         rendering: "verbatim",
         messages: vec![BundleMessage::System { text: facts_text }],
         protected: false,
-        order: (1, 0, 1),
+        order: (1, 0, 2),
     });
 
     // Completed turns, newest first: the last `verbatim_turns` verbatim (P1). Older ones are
@@ -839,7 +965,7 @@ pub fn assemble_with_policy(
         .filter(|m| {
             m.superseded_by.is_none()
                 && m.kind == "tool_memory"
-                && m.privacy_class < PrivacyClass::Confidential
+                && !gate.withholds(Some(m.privacy_class))
         })
         .filter_map(|m| m.tool_call_id.as_deref().map(|c| (c, m)))
         .collect();
@@ -854,7 +980,7 @@ pub fn assemble_with_policy(
         let mut sources = Vec::new();
         let mut t = 0;
         for m in turn {
-            let (msgs, src, mt) = render_message(m, mode, &memo, tokens);
+            let (msgs, src, mt) = render_message(m, mode, &memo, gate, tokens);
             messages.extend(msgs);
             sources.extend(src);
             t += mt;
@@ -892,8 +1018,50 @@ pub fn assemble_with_policy(
         .chain(completed[..verbatim_count].iter().flat_map(|t| t.iter()))
         .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str()))
         .collect();
-    let (memory_units, memory_omissions) = select_memories(snapshot, &verbatim_calls, tokens);
+    let (memory_units, memory_omissions) = select_memories(snapshot, &verbatim_calls, gate, tokens);
     omitted_items.extend(memory_omissions);
+
+    // Raw rehydration: only what the plan admitted (selection, privacy, provider, byte budget)
+    // and the service could read; still subject to the token budget below.
+    let mut rehydrations = rehydration_plan(snapshot, request);
+    for d in rehydrations.iter_mut().filter(|d| d.rehydrated) {
+        let pair = visible
+            .iter()
+            .flat_map(|m| m.tool_calls.iter())
+            .find(|c| Some(&c.tool_call_id) == d.tool_call_id.as_ref());
+        let raw = match (&d.artifact_ref, pair) {
+            (Some(r), _) => request.rehydrated.get(r).cloned(),
+            (None, Some(c)) => c.output.clone(),
+            (None, None) => None,
+        };
+        let (Some(raw), Some(c)) = (raw, pair) else {
+            d.rehydrated = false;
+            d.reason = "admitted, but the raw bytes could not be read from blob storage".into();
+            continue;
+        };
+        let text = format!(
+            "## Exact output of {} {} ({} bytes{}), rehydrated as asked\n{}",
+            c.name,
+            truncate_chars(&c.args, 200),
+            raw.len(),
+            c.output_ref
+                .as_deref()
+                .map(|r| format!(", artifact {r}"))
+                .unwrap_or_default(),
+            raw
+        );
+        units.push(Unit {
+            kind: "rehydrated_artifact",
+            tier: Tier::P1,
+            reason: format!("raw bytes asked for ({})", d.target),
+            sources: c.result_event_id.iter().cloned().collect(),
+            rendering: "raw",
+            tokens: tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS,
+            messages: vec![BundleMessage::System { text }],
+            protected: false,
+            order: (2, u64::MAX, 0),
+        });
+    }
 
     // Selection: P0 always; then the current turn's other steps newest first; then state,
     // recent turns, facts, digests.
@@ -965,6 +1133,31 @@ pub fn assemble_with_policy(
         });
     }
 
+    // A rehydration the token budget could not take is a refusal too.
+    for d in rehydrations.iter_mut().filter(|d| d.rehydrated) {
+        let result_id = visible
+            .iter()
+            .flat_map(|m| m.tool_calls.iter())
+            .find(|c| Some(&c.tool_call_id) == d.tool_call_id.as_ref())
+            .and_then(|c| c.result_event_id.clone());
+        let kept = selected
+            .iter()
+            .any(|u| u.kind == "rehydrated_artifact" && u.sources.first() == result_id.as_ref());
+        if !kept {
+            d.rehydrated = false;
+            d.reason = "admitted, but it does not fit the token budget".into();
+        }
+    }
+    if snapshot.other_branch_messages > 0 {
+        omitted_items.push(Omission {
+            kind: OTHER_BRANCH_KIND.into(),
+            tier: Tier::P3,
+            reason: OmissionReason::OtherBranch,
+            source_event_ids: Vec::new(),
+            tokens: snapshot.other_branch_tokens,
+        });
+    }
+
     selected.sort_by_key(|u| u.order);
     let mut messages = Vec::new();
     let mut included = Vec::new();
@@ -984,7 +1177,13 @@ pub fn assemble_with_policy(
 
     let mut omitted: BTreeMap<OmissionReason, u64> = BTreeMap::new();
     for o in &omitted_items {
-        *omitted.entry(o.reason).or_default() += 1;
+        // One item stands for every message outside the lineage; the count says how many.
+        let n = if o.kind == OTHER_BRANCH_KIND {
+            snapshot.other_branch_messages
+        } else {
+            1
+        };
+        *omitted.entry(o.reason).or_default() += n;
     }
     if snapshot.messages_before_window > 0 {
         let reason = if compaction.is_some() {
@@ -1044,7 +1243,7 @@ pub fn assemble_with_policy(
             payload_sha256,
             timings_us: BTreeMap::new(),
             projection_complete: true,
-            rehydrations: Vec::new(),
+            rehydrations,
             traced: true,
         },
         messages,
@@ -1069,6 +1268,7 @@ fn render_message(
     m: &TimelineMessage,
     mode: Rendering,
     memo: &BTreeMap<&str, &crate::memory::Memory>,
+    gate: Gate,
     tokens: &dyn TokenCounter,
 ) -> (Vec<BundleMessage>, Vec<String>, u64) {
     let mut sources = vec![m.event_id.clone()];
@@ -1076,7 +1276,7 @@ fn render_message(
     let mut t = 0;
     match mode {
         Rendering::Current | Rendering::Recent => {
-            if m.role == "user" {
+            if m.role == "user" || m.role == PEER_ROLE {
                 out.push(BundleMessage::User {
                     text: m.text.clone(),
                 });
@@ -1103,7 +1303,13 @@ fn render_message(
                 for c in answered {
                     sources.push(c.request_event_id.clone());
                     sources.extend(c.result_event_id.clone());
-                    let (content, ct) = tool_content(c, mode == Rendering::Recent, tokens);
+                    let (content, ct) = if gate.withholds(c.privacy_class) {
+                        let text = gate.safe_summary(c);
+                        let t = tokens.count(&text);
+                        (text, t)
+                    } else {
+                        tool_content(c, mode == Rendering::Recent, tokens)
+                    };
                     t += c.call_tokens + ct + MESSAGE_OVERHEAD_TOKENS;
                     out.push(BundleMessage::Tool {
                         tool_call_id: c.tool_call_id.clone(),
@@ -1127,6 +1333,7 @@ fn render_message(
                 sources.push(c.request_event_id.clone());
                 sources.extend(c.result_event_id.clone());
                 let outcome = match (&c.error, &c.output_preview, &c.output) {
+                    _ if gate.withholds(c.privacy_class) => gate.safe_summary(c),
                     // The tool memory stands in for the raw output of an older turn.
                     _ if memo.contains_key(c.tool_call_id.as_str()) => {
                         let mem = memo[c.tool_call_id.as_str()];
@@ -1150,7 +1357,7 @@ fn render_message(
                 ));
             }
             t += tokens.count(&line) + MESSAGE_OVERHEAD_TOKENS;
-            out.push(if m.role == "user" {
+            out.push(if m.role == "user" || m.role == PEER_ROLE {
                 BundleMessage::User { text: line }
             } else {
                 BundleMessage::Assistant {
@@ -1351,25 +1558,247 @@ fn render_state(s: &AgentState) -> (String, Vec<String>) {
     list(&mut text, "Open questions", &s.open_questions);
     list(&mut text, "Files modified", &s.files_modified);
     list(&mut text, "Files read", &s.files_read);
-    if !s.errors.is_empty() {
-        text.push_str("Unresolved errors:\n");
-        for e in &s.errors {
-            text.push_str(&format!(
-                "- {} ({}{}): {}\n",
-                e.tool,
-                e.tool_call_id,
-                if e.retryable { ", retryable" } else { "" },
-                e.message
-            ));
-            sources.push(e.source_event_id.clone());
-        }
-    }
     if text.is_empty() {
         return (text, sources);
     }
     sources.sort();
     sources.dedup();
     (format!("## Task state\n{text}"), sources)
+}
+
+/// Unresolved errors (retryable ones say so): protected at P0 until a later success resolves
+/// them.
+fn render_recovery(s: &AgentState) -> (String, Vec<String>) {
+    if s.errors.is_empty() {
+        return (String::new(), Vec::new());
+    }
+    let mut text = String::from("## Unresolved errors (kept until resolved)\n");
+    let mut sources = Vec::new();
+    for e in &s.errors {
+        text.push_str(&format!(
+            "- {} ({}{}): {}\n",
+            e.tool,
+            e.tool_call_id,
+            if e.retryable {
+                ", retryable: retry with the same arguments"
+            } else {
+                ""
+            },
+            e.message
+        ));
+        sources.push(e.source_event_id.clone());
+    }
+    sources.sort();
+    sources.dedup();
+    (text, sources)
+}
+
+/// A child subagent as the parent sees it: while it runs, only that it runs (its work is
+/// private to it, counted as `not_promoted`); once it finished or was promoted, its report,
+/// status, artifact handles, failure state and the parent's resume checkpoint.
+fn subagent_unit(
+    child: &crate::projection::SubagentState,
+    index: u32,
+    tokens: &dyn TokenCounter,
+) -> (Unit, Option<Omission>) {
+    let mut text = String::new();
+    let omission;
+    let (kind, reason) = if child.released() {
+        omission = None;
+        text.push_str(&format!(
+            "## Subagent {}: {}{}\n",
+            child.child_session_id,
+            child.status,
+            if child.promoted && !child.finished {
+                " (results promoted while it runs)"
+            } else {
+                ""
+            }
+        ));
+        if let Some(task) = &child.task {
+            text.push_str(&format!("Task: {task}\n"));
+        }
+        if let Some(report) = &child.report {
+            text.push_str(&format!("Report: {report}\n"));
+        }
+        if !child.artifacts.is_empty() {
+            text.push_str(&format!("Artifacts: {}\n", child.artifacts.join(", ")));
+        }
+        if let Some(error) = &child.error {
+            text.push_str(&format!(
+                "Error: {error}{}\n",
+                match child.retryable {
+                    Some(true) => " (retryable)",
+                    Some(false) => " (not retryable)",
+                    None => "",
+                }
+            ));
+        }
+        if let Some(checkpoint) = &child.checkpoint {
+            text.push_str(&format!(
+                "Resume from the checkpoint recorded when it started: {checkpoint}\n"
+            ));
+        }
+        (
+            "subagent_result",
+            "a finished or promoted subagent: its report, artifacts and failure state".to_owned(),
+        )
+    } else {
+        text.push_str(&format!(
+            "## Subagent {}: running\n{}Its work stays private to it until it finishes or is promoted.\n",
+            child.child_session_id,
+            child
+                .task
+                .as_deref()
+                .map(|t| format!("Task: {t}\n"))
+                .unwrap_or_default()
+        ));
+        omission = Some(Omission {
+            kind: "subagent_state".into(),
+            tier: Tier::P2,
+            reason: OmissionReason::NotPromoted,
+            source_event_ids: vec![child.started_event_id.clone()],
+            tokens: 0,
+        });
+        (
+            "subagent_running",
+            "a running subagent: the parent knows it runs, not what it does".to_owned(),
+        )
+    };
+    let mut sources = vec![child.started_event_id.clone()];
+    if child.last_event_id != child.started_event_id {
+        sources.push(child.last_event_id.clone());
+    }
+    (
+        Unit {
+            kind,
+            tier: Tier::P1,
+            reason,
+            sources,
+            rendering: "verbatim",
+            tokens: tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS,
+            messages: vec![BundleMessage::System { text }],
+            protected: true,
+            order: (1, 1, index),
+        },
+        omission,
+    )
+}
+
+/// Kind of the omission item that stands for the messages outside the branch lineage.
+const OTHER_BRANCH_KIND: &str = "other_branch_messages";
+
+/// Role of another participant's final text in a timeline: sent as a labelled user message.
+const PEER_ROLE: &str = "peer";
+
+/// What the privacy policy lets through to this provider.
+#[derive(Debug, Clone, Copy)]
+struct Gate {
+    provider: Provider,
+    confidential_allowed: bool,
+}
+
+impl Gate {
+    /// Whether a raw payload of this class is withheld: `restricted` always, `confidential`
+    /// unless the tenant allows this provider.
+    fn withholds(self, class: Option<PrivacyClass>) -> bool {
+        match class {
+            Some(PrivacyClass::Restricted) => true,
+            Some(PrivacyClass::Confidential) => !self.confidential_allowed,
+            _ => false,
+        }
+    }
+
+    /// The metadata-only stand-in for a withheld output: what it was, how big, where it is,
+    /// and how to get it revalidated. Never any of its bytes (nor its preview).
+    fn safe_summary(self, c: &ToolPair) -> String {
+        let class = match c.privacy_class {
+            Some(PrivacyClass::Restricted) => "restricted",
+            Some(PrivacyClass::Confidential) => "confidential",
+            _ => "private",
+        };
+        format!(
+            "[withheld by privacy policy: {class} output of {}, {} bytes{}; not sent to {}. \
+             To use it, re-run {} where policy allows, or ask the user for what is needed.]",
+            c.name,
+            c.output_bytes
+                .or_else(|| c.output.as_ref().map(|o| o.len() as u64))
+                .unwrap_or(0),
+            c.output_ref
+                .as_deref()
+                .map(|r| format!(", stored as {r}"))
+                .unwrap_or_default(),
+            self.provider.as_str(),
+            c.name
+        )
+    }
+}
+
+/// The messages of the lineage this participant may see, and what visibility kept out.
+/// User messages are visible to all; another participant's steps with tool calls are its
+/// private working state; its final text is branch context, sent with a speaker label. In
+/// multi-party sessions, user messages of a participant that is not an agent (a moderator)
+/// carry its label too.
+fn visible_messages(
+    snapshot: &Snapshot,
+    tokens: &dyn TokenCounter,
+) -> (Vec<TimelineMessage>, Vec<Omission>) {
+    let me = snapshot.participant_id.as_str();
+    let agents: BTreeSet<&str> = snapshot
+        .messages
+        .iter()
+        .filter(|m| m.role == "assistant")
+        .map(|m| m.participant_id.as_str())
+        .collect();
+    let speakers: BTreeSet<&str> = snapshot
+        .messages
+        .iter()
+        .filter(|m| m.role == "user" && !agents.contains(m.participant_id.as_str()))
+        .map(|m| m.participant_id.as_str())
+        .collect();
+    let multi_party = agents.len() > 1 || speakers.len() > 1;
+    let mut out = Vec::with_capacity(snapshot.messages.len());
+    let mut omitted = Vec::new();
+    let labelled = |m: &TimelineMessage, role: &str| {
+        let label = format!("[{}] ", m.participant_id);
+        TimelineMessage {
+            role: role.to_owned(),
+            tokens: m.tokens + tokens.count(&label),
+            text: label + &m.text,
+            ..m.clone()
+        }
+    };
+    for m in &snapshot.messages {
+        if m.role == "assistant" && m.participant_id != me {
+            if m.tool_calls.is_empty() {
+                out.push(labelled(m, PEER_ROLE));
+                continue;
+            }
+            let mut sources = vec![m.event_id.clone()];
+            let mut t = m.tokens;
+            for c in &m.tool_calls {
+                sources.push(c.request_event_id.clone());
+                sources.extend(c.result_event_id.clone());
+                t += c.call_tokens + c.output_tokens;
+            }
+            omitted.push(Omission {
+                kind: "participant_working_state".into(),
+                tier: Tier::P1,
+                reason: OmissionReason::OtherParticipant,
+                source_event_ids: sources,
+                tokens: t,
+            });
+        } else if multi_party
+            && m.role == "user"
+            && m.participant_id != me
+            && !agents.contains(m.participant_id.as_str())
+        {
+            out.push(labelled(m, "user"));
+        } else {
+            out.push(m.clone());
+        }
+    }
+    (out, omitted)
 }
 
 fn render_facts(s: &AgentState) -> (String, Vec<String>) {
@@ -1399,6 +1828,7 @@ const MAX_MEMORIES: usize = 24;
 fn select_memories(
     snapshot: &Snapshot,
     verbatim_calls: &BTreeSet<&str>,
+    gate: Gate,
     tokens: &dyn TokenCounter,
 ) -> (Vec<Unit>, Vec<Omission>) {
     use crate::memory::{retrievable, Scope};
@@ -1445,8 +1875,8 @@ fn select_memories(
             omit(&mut omitted, m, OmissionReason::Superseded);
             continue;
         }
-        // No provider allow-list exists yet: confidential and restricted memories stay out.
-        if m.privacy_class >= PrivacyClass::Confidential {
+        // Restricted never leaves; confidential only to providers on the tenant's allow-list.
+        if gate.withholds(Some(m.privacy_class)) {
             omit(&mut omitted, m, OmissionReason::PrivacyProvider);
             continue;
         }
@@ -1503,7 +1933,7 @@ fn select_memories(
                 .filter(|o| {
                     // Only the other side if it may be shown itself.
                     o.conflicts_with.contains(&m.memory_id)
-                        && o.privacy_class < PrivacyClass::Confidential
+                        && !gate.withholds(Some(o.privacy_class))
                         && retrievable(
                             o,
                             &snapshot.tenant_id,

@@ -61,6 +61,38 @@ pub struct AgentState {
     pub last_compaction_id: Option<String>,
     pub source_event_id: Option<String>,
     pub version: u64,
+    /// Child subagents started on this branch, in start order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<SubagentState>,
+}
+
+/// A child subagent as its parent knows it: what it was asked, the parent's checkpoint at the
+/// start, and what reached the parent when it finished or was promoted. The child's own events
+/// are its own session and never part of the parent's state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubagentState {
+    pub child_session_id: String,
+    pub task: Option<String>,
+    /// The parent's recorded resume point (compact JSON), from `SubagentStarted.checkpoint`.
+    pub checkpoint: Option<String>,
+    /// `running` until `SubagentFinished`, then its status (`succeeded`, `failed`, ...).
+    pub status: String,
+    pub finished: bool,
+    pub promoted: bool,
+    pub report: Option<String>,
+    pub artifacts: Vec<String>,
+    pub error: Option<String>,
+    pub retryable: Option<bool>,
+    pub started_event_id: String,
+    /// The latest of its events on the parent's log.
+    pub last_event_id: String,
+}
+
+impl SubagentState {
+    /// Whether its results reach the parent.
+    pub fn released(&self) -> bool {
+        self.finished || self.promoted
+    }
 }
 
 /// A tool call that has no result yet.
@@ -692,9 +724,48 @@ pub fn apply(
                 }));
             }
         }
-        Payload::SubagentStarted(_) | Payload::SubagentPromoted(_) => {}
+        Payload::SubagentStarted(p) => {
+            let state = &mut fold.branch_mut(&branch_id).state;
+            state
+                .subagents
+                .retain(|c| c.child_session_id != p.child_session_id);
+            state.subagents.push(SubagentState {
+                child_session_id: p.child_session_id.clone(),
+                task: p.task.clone(),
+                checkpoint: p.extra.get("checkpoint").map(compact_json),
+                status: "running".into(),
+                started_event_id: event.event_id.clone(),
+                last_event_id: event.event_id.clone(),
+                ..SubagentState::default()
+            });
+        }
+        Payload::SubagentPromoted(p) => {
+            let child = subagent_mut(fold.branch_mut(&branch_id), &p.child_session_id, event);
+            child.promoted = true;
+            if let Some(report) = p.extra.get("report").and_then(Value::as_str) {
+                child.report = Some(report.to_owned());
+            }
+            child
+                .artifacts
+                .extend(string_list(p.extra.get("artifacts")));
+            child.artifacts.dedup();
+            child.last_event_id = event.event_id.clone();
+        }
         Payload::SubagentFinished(p) => {
             transcript += tokens.count(&p.report) + MESSAGE_OVERHEAD_TOKENS;
+            let child = subagent_mut(fold.branch_mut(&branch_id), &p.child_session_id, event);
+            child.finished = true;
+            child.status = p.status.clone();
+            child.report = Some(p.report.clone());
+            child.artifacts.extend(p.artifacts.iter().cloned());
+            child.artifacts.dedup();
+            child.error = p
+                .extra
+                .get("error")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            child.retryable = p.extra.get("retryable").and_then(Value::as_bool);
+            child.last_event_id = event.event_id.clone();
         }
         Payload::ApprovalRequested(p) => {
             if let Some(id) = &p.tool_call_id {
@@ -853,6 +924,47 @@ fn open_call(
 }
 
 /// Records a path, keeping first-seen order and the latest source.
+/// The subagent of a branch, recorded on first sight when its start was not seen.
+fn subagent_mut<'a>(
+    branch: &'a mut BranchFold,
+    child: &str,
+    event: &Event,
+) -> &'a mut SubagentState {
+    let subagents = &mut branch.state.subagents;
+    let at = match subagents.iter().position(|c| c.child_session_id == child) {
+        Some(i) => i,
+        None => {
+            subagents.push(SubagentState {
+                child_session_id: child.to_owned(),
+                status: "running".into(),
+                started_event_id: event.event_id.clone(),
+                last_event_id: event.event_id.clone(),
+                ..SubagentState::default()
+            });
+            subagents.len() - 1
+        }
+    };
+    &mut subagents[at]
+}
+
+fn compact_json(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn string_list(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn touch(list: &mut Vec<Sourced>, item: Sourced) {
     match list.iter_mut().find(|s| s.text == item.text) {
         Some(existing) => existing.source_event_id = item.source_event_id,

@@ -1,0 +1,358 @@
+//! The policy set of SPEC §7 on pure snapshots: participant visibility, privacy against the
+//! provider, recovery state, subagents, raw rehydration, branch exclusions and the "why (not)"
+//! explanations — each decision visible in the ContextAssembly record.
+
+use serde_json::{json, Value};
+use strata_core::assembly::{
+    assemble, explain, rehydration_plan, AssemblyRequest, OmissionReason, Provider, Snapshot, Tier,
+};
+use strata_core::projection::{AgentState, OpenError, SubagentState};
+use strata_core::tokens::O200k;
+
+fn pair(id: &str, seq: u64, name: &str, output: &str, privacy: Option<&str>) -> Value {
+    json!({"tool_call_id": id, "name": name, "args": "{\"path\":\"sales.csv\"}",
+        "call_tokens": 10, "request_event_id": format!("{id}-q"), "request_seq": seq,
+        "status": "succeeded", "result_event_id": format!("{id}-r"), "output": output,
+        "output_ref": null, "output_preview": null, "output_bytes": output.len(),
+        "output_tokens": output.len() / 4, "preview_tokens": 0, "error": null,
+        "retryable": false, "privacy_class": privacy})
+}
+
+fn msg(seq: u64, role: &str, participant: &str, text: &str, calls: Vec<Value>) -> Value {
+    json!({"seq": seq, "event_id": format!("e{seq}"), "role": role,
+        "participant_id": participant, "text": text, "tokens": text.len() / 4 + 1,
+        "tool_calls": calls})
+}
+
+fn snapshot(participant: &str, messages: Vec<Value>, state: AgentState) -> Snapshot {
+    serde_json::from_value(json!({
+        "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": participant,
+        "head_seq": 100, "model": "gpt-4o", "context_window_tokens": 32000,
+        "reserved_output_tokens": 1000, "system_prompt": "be useful", "system_prompt_tokens": 5,
+        "session_started_event_id": "start", "tools": [], "tools_tokens": 0,
+        "state": serde_json::to_value(state).unwrap(),
+        "messages": messages, "messages_before_window": 0, "loose_tool_calls": [],
+        "transcript_tokens": 5000, "orphan_results": 0
+    }))
+    .unwrap()
+}
+
+fn payload_text(a: &strata_core::assembly::Assembled) -> String {
+    serde_json::to_string(&a.payload).unwrap()
+}
+
+#[test]
+fn another_participants_working_state_stays_private_and_its_final_text_is_labelled() {
+    let messages = vec![
+        msg(1, "user", "agent-a", "compare the two vendors", vec![]),
+        msg(
+            2,
+            "assistant",
+            "agent-b",
+            "PRIVATE-NOTE-7731 checking vendor B",
+            vec![pair(
+                "cb",
+                2,
+                "search",
+                "vendor B price list RAW-B-99",
+                None,
+            )],
+        ),
+        msg(
+            3,
+            "assistant",
+            "agent-b",
+            "Vendor B is 12% cheaper.",
+            vec![],
+        ),
+        msg(
+            4,
+            "assistant",
+            "agent-a",
+            "looking at vendor A",
+            vec![pair("ca", 4, "search", "vendor A price list", None)],
+        ),
+    ];
+    let snap = snapshot("agent-a", messages, AgentState::default());
+    let out = assemble(&snap, &AssemblyRequest::default(), &O200k);
+    let text = payload_text(&out);
+    assert!(!text.contains("PRIVATE-NOTE-7731"), "{text}");
+    assert!(!text.contains("RAW-B-99"), "{text}");
+    assert!(
+        text.contains("[agent-b] Vendor B is 12% cheaper."),
+        "{text}"
+    );
+    assert!(text.contains("vendor A price list"), "{text}");
+    assert_eq!(out.assembly.omitted[&OmissionReason::OtherParticipant], 1);
+    let why = explain(&out.assembly, "e2");
+    assert!(why[0].contains("private to another participant"), "{why:?}");
+
+    // The same session seen by agent-b: its own work, agent-a's search kept out.
+    let mut snap_b = snap.clone();
+    snap_b.participant_id = "agent-b".into();
+    let text_b = payload_text(&assemble(&snap_b, &AssemblyRequest::default(), &O200k));
+    assert!(text_b.contains("RAW-B-99") && !text_b.contains("vendor A price list"));
+}
+
+#[test]
+fn moderator_instructions_carry_speaker_labels_in_a_debate() {
+    let messages = vec![
+        msg(1, "user", "moderator", "Debate: tabs or spaces?", vec![]),
+        msg(2, "assistant", "pro", "Tabs: accessibility.", vec![]),
+        msg(3, "assistant", "con", "Spaces: consistency.", vec![]),
+        msg(4, "user", "moderator", "Rebuttals, one sentence.", vec![]),
+    ];
+    let snap = snapshot("pro", messages, AgentState::default());
+    let text = payload_text(&assemble(&snap, &AssemblyRequest::default(), &O200k));
+    assert!(
+        text.contains("[moderator] Debate: tabs or spaces?"),
+        "{text}"
+    );
+    assert!(text.contains("[con] Spaces: consistency."), "{text}");
+    assert!(
+        text.contains("\"Tabs: accessibility.\""),
+        "own text unlabelled: {text}"
+    );
+}
+
+#[test]
+fn restricted_output_is_withheld_with_a_safe_summary_and_confidential_follows_the_allow_list() {
+    let messages = vec![
+        msg(1, "user", "agent", "summarise my inbox", vec![]),
+        msg(
+            2,
+            "assistant",
+            "agent",
+            "",
+            vec![
+                pair(
+                    "g1",
+                    2,
+                    "gmail.list",
+                    "From: boss SECRET-BODY-42",
+                    Some("restricted"),
+                ),
+                pair("c1", 2, "crm.get", "deal size CONF-7", Some("confidential")),
+            ],
+        ),
+    ];
+    let snap = snapshot("agent", messages, AgentState::default());
+    let denied = assemble(&snap, &AssemblyRequest::default(), &O200k);
+    let text = payload_text(&denied);
+    assert!(
+        !text.contains("SECRET-BODY-42") && !text.contains("CONF-7"),
+        "{text}"
+    );
+    assert!(text.contains("withheld by privacy policy: restricted output of gmail.list"));
+    assert!(
+        text.contains("re-run gmail.list"),
+        "revalidation hint: {text}"
+    );
+    assert_eq!(denied.assembly.omitted[&OmissionReason::PrivacyProvider], 2);
+
+    let allowed = assemble(
+        &snap,
+        &AssemblyRequest {
+            provider: Provider::Anthropic,
+            confidential_allowed: true,
+            ..AssemblyRequest::default()
+        },
+        &O200k,
+    );
+    let text = payload_text(&allowed);
+    assert!(
+        text.contains("CONF-7"),
+        "allow-listed provider gets confidential: {text}"
+    );
+    assert!(!text.contains("SECRET-BODY-42"), "restricted never: {text}");
+}
+
+#[test]
+fn unresolved_retryable_errors_are_p0_even_under_a_tiny_budget() {
+    let state = AgentState {
+        errors: vec![OpenError {
+            tool_call_id: "up1".into(),
+            tool: "upload".into(),
+            message: "HTTP 503 from storage".into(),
+            retryable: true,
+            source_event_id: "e9".into(),
+        }],
+        ..AgentState::default()
+    };
+    let messages = vec![msg(1, "user", "agent", "upload the report", vec![])];
+    let snap = snapshot("agent", messages, state);
+    let out = assemble(
+        &snap,
+        &AssemblyRequest {
+            budget: Some(10),
+            ..AssemblyRequest::default()
+        },
+        &O200k,
+    );
+    let seg = out
+        .assembly
+        .included
+        .iter()
+        .find(|s| s.kind == "recovery_state")
+        .expect("recovery state included");
+    assert_eq!(seg.tier, Tier::P0);
+    assert!(payload_text(&out).contains("HTTP 503 from storage"));
+    assert!(payload_text(&out).contains("retryable"));
+}
+
+#[test]
+fn a_subagent_is_private_until_it_finishes_then_its_report_and_checkpoint_reach_the_parent() {
+    let running = SubagentState {
+        child_session_id: "child-1".into(),
+        task: Some("collect benchmarks".into()),
+        checkpoint: Some("{\"resume_at\":\"step 4: write summary\"}".into()),
+        status: "running".into(),
+        started_event_id: "sa1".into(),
+        last_event_id: "sa1".into(),
+        ..SubagentState::default()
+    };
+    let state = AgentState {
+        subagents: vec![running.clone()],
+        ..AgentState::default()
+    };
+    let messages = vec![msg(1, "user", "agent", "go", vec![])];
+    let out = assemble(
+        &snapshot("agent", messages.clone(), state),
+        &AssemblyRequest::default(),
+        &O200k,
+    );
+    let text = payload_text(&out);
+    assert!(
+        text.contains("child-1: running") && !text.contains("step 4"),
+        "{text}"
+    );
+    assert_eq!(out.assembly.omitted[&OmissionReason::NotPromoted], 1);
+
+    let finished = SubagentState {
+        status: "failed".into(),
+        finished: true,
+        report: Some("2 of 3 suites ran".into()),
+        artifacts: vec!["artifact:sha256:abc".into()],
+        error: Some("suite C timed out".into()),
+        retryable: Some(true),
+        last_event_id: "sa2".into(),
+        ..running
+    };
+    let state = AgentState {
+        subagents: vec![finished],
+        ..AgentState::default()
+    };
+    let out = assemble(
+        &snapshot("agent", messages, state),
+        &AssemblyRequest::default(),
+        &O200k,
+    );
+    let text = payload_text(&out);
+    for needle in [
+        "2 of 3 suites ran",
+        "artifact:sha256:abc",
+        "suite C timed out (retryable)",
+        "step 4: write summary",
+    ] {
+        assert!(text.contains(needle), "{needle} missing: {text}");
+    }
+    assert!(!out
+        .assembly
+        .omitted
+        .contains_key(&OmissionReason::NotPromoted));
+}
+
+#[test]
+fn rehydration_needs_the_words_or_the_id_and_passes_privacy_provider_and_byte_budget() {
+    let csv = "region,q1,q2\nnorth,10,12\nsouth,7,9\n";
+    let messages = vec![
+        msg(1, "user", "agent", "load the sales data", vec![]),
+        msg(
+            2,
+            "assistant",
+            "agent",
+            "",
+            vec![pair("csv1", 2, "read_file", csv, None), {
+                let mut p = pair("sec", 2, "read_secret", "TOKEN-XYZ", Some("restricted"));
+                p["args"] = json!("{\"name\":\"api\"}");
+                p
+            }],
+        ),
+        msg(3, "assistant", "agent", "Loaded.", vec![]),
+        msg(4, "user", "agent", "Use the exact CSV from before.", vec![]),
+    ];
+    let snap = snapshot("agent", messages, AgentState::default());
+    let request = AssemblyRequest {
+        rehydrate: vec!["sec".into(), "missing".into()],
+        ..AssemblyRequest::default()
+    };
+    let plan = rehydration_plan(&snap, &request);
+    let by = |t: &str| plan.iter().find(|d| d.target == t).unwrap();
+    assert!(!by("sec").rehydrated && by("sec").reason.contains("restricted"));
+    assert!(!by("missing").rehydrated);
+    assert!(
+        by("csv1").rehydrated,
+        "the request's words name it: {plan:?}"
+    );
+
+    let out = assemble(&snap, &request, &O200k);
+    let text = payload_text(&out);
+    assert!(text.contains("## Exact output of read_file"), "{text}");
+    assert!(text.contains("north,10,12\\nsouth,7,9"), "{text}");
+    assert!(!text.contains("TOKEN-XYZ"));
+    assert_eq!(out.assembly.rehydrations.len(), 3);
+    assert!(explain(&out.assembly, "csv1")[0].starts_with("raw bytes rehydrated"));
+
+    // Over the byte budget: refused, and the plain rendering stands.
+    let small = AssemblyRequest {
+        rehydrate_max_bytes: 8,
+        ..AssemblyRequest::default()
+    };
+    let out = assemble(&snap, &small, &O200k);
+    let d = &out.assembly.rehydrations[0];
+    assert!(!d.rehydrated && d.reason.contains("byte budget"), "{d:?}");
+    assert!(!payload_text(&out).contains("## Exact output"));
+}
+
+#[test]
+fn sibling_branches_are_counted_apart_and_the_compact_record_says_so() {
+    let mut snap = snapshot(
+        "agent",
+        vec![msg(1, "user", "agent", "hi", vec![])],
+        AgentState::default(),
+    );
+    snap.other_branch_messages = 7;
+    snap.other_branch_tokens = 900;
+    let out = assemble(&snap, &AssemblyRequest::default(), &O200k);
+    assert_eq!(out.assembly.omitted[&OmissionReason::OtherBranch], 7);
+    assert!(!out.assembly.omitted.contains_key(&OmissionReason::Budget));
+    let compact = out.assembly.compact();
+    assert!(compact.omitted_items.is_empty() && !compact.traced);
+    assert_eq!(compact.omitted, out.assembly.omitted);
+    assert!(explain(&compact, "nope")[0].contains("--trace"));
+    assert!(explain(&compact, "e1")[0].starts_with("included in"));
+}
+
+#[test]
+fn the_full_policy_set_is_deterministic() {
+    let messages = vec![
+        msg(1, "user", "moderator", "start", vec![]),
+        msg(
+            2,
+            "assistant",
+            "a",
+            "x",
+            vec![pair("p", 2, "t", "out", Some("restricted"))],
+        ),
+        msg(3, "assistant", "b", "final", vec![]),
+        msg(4, "user", "moderator", "next", vec![]),
+    ];
+    let snap = snapshot("a", messages, AgentState::default());
+    let one = assemble(&snap, &AssemblyRequest::default(), &O200k);
+    let two = assemble(&snap, &AssemblyRequest::default(), &O200k);
+    assert_eq!(
+        serde_json::to_vec(&one.payload).unwrap(),
+        serde_json::to_vec(&two.payload).unwrap()
+    );
+    assert_eq!(one.assembly, two.assembly);
+}
