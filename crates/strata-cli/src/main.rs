@@ -9,6 +9,7 @@
 mod bench;
 mod bench_distributed;
 mod bench_memory;
+mod bench_policies;
 mod bench_replay;
 mod compact;
 mod demo;
@@ -144,6 +145,13 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum BenchWhat {
+    /// Assembly latency with the full policy set (participants, branches, subagents, privacy,
+    /// artifacts) next to a plain session of the same size, instead.
+    Policies {
+        /// Session sizes, in events.
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+        sizes: Vec<u64>,
+    },
     /// Memory extraction and compaction figures instead.
     Memory,
     /// Kafka, PostgreSQL and Redis against their raw baselines (servers from flags or
@@ -343,6 +351,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             what: Some(BenchWhat::Memory),
             ..
         } => bench_memory::run().await,
+        Command::Bench {
+            what: Some(BenchWhat::Policies { sizes }),
+            assemblies,
+            ..
+        } => bench_policies::run(&sizes, assemblies).await,
         Command::Bench {
             what: Some(BenchWhat::Replay { events, sessions }),
             ..

@@ -757,8 +757,7 @@ pub fn apply(
             child.finished = true;
             child.status = p.status.clone();
             child.report = Some(p.report.clone());
-            child.artifacts.extend(p.artifacts.iter().cloned());
-            child.artifacts.dedup();
+            add_artifacts(&mut child.artifacts, p.artifacts.iter().cloned());
             child.error = p
                 .extra
                 .get("error")
@@ -945,6 +944,14 @@ fn subagent_mut<'a>(
         }
     };
     &mut subagents[at]
+}
+
+fn add_artifacts(list: &mut Vec<String>, new: impl IntoIterator<Item = String>) {
+    for a in new {
+        if !list.contains(&a) {
+            list.push(a);
+        }
+    }
 }
 
 fn compact_json(v: &Value) -> String {

@@ -107,6 +107,17 @@ pub fn anthropic(
             ),
         }
     }
+    // The Messages API starts with a user turn; a context that begins with the assistant (an
+    // older turn's digest after a compaction, say) gets a neutral opening.
+    if turns.first().is_some_and(|(role, _)| *role == "assistant") {
+        turns.insert(
+            0,
+            (
+                "user",
+                vec![json!({"type": "text", "text": "(earlier context follows)"})],
+            ),
+        );
+    }
     let mut body = Map::new();
     body.insert("model".into(), model.into());
     body.insert("max_tokens".into(), max_tokens.into());

@@ -152,3 +152,56 @@ fn the_fold_is_deterministic() {
     assert_eq!(ca, cb);
     assert!(a.branches["main"].transcript_tokens > 0);
 }
+
+#[test]
+fn subagents_are_tracked_from_start_to_finish_with_the_parents_checkpoint() {
+    let (f, _) = fold(&[
+        ev(
+            1,
+            "main",
+            "SubagentStarted",
+            json!({"child_session_id": "kid", "task": "scan the repo",
+                "checkpoint": {"resume_at": "step 3"}}),
+        ),
+        ev(
+            2,
+            "main",
+            "SubagentPromoted",
+            json!({"child_session_id": "kid", "artifacts": ["artifact:sha256:aa"]}),
+        ),
+        ev(
+            3,
+            "main",
+            "SubagentFinished",
+            json!({"child_session_id": "kid", "report": "found 3 TODOs", "status": "failed",
+                "artifacts": ["artifact:sha256:aa", "artifact:sha256:bb"],
+                "error": "quota", "retryable": true}),
+        ),
+    ]);
+    let kids = &f.branches["main"].state.subagents;
+    assert_eq!(kids.len(), 1);
+    let kid = &kids[0];
+    assert_eq!(kid.task.as_deref(), Some("scan the repo"));
+    assert_eq!(
+        kid.checkpoint.as_deref(),
+        Some("{\"resume_at\":\"step 3\"}")
+    );
+    assert!(kid.finished && kid.promoted && kid.released());
+    assert_eq!(kid.status, "failed");
+    assert_eq!(kid.report.as_deref(), Some("found 3 TODOs"));
+    assert_eq!(
+        kid.artifacts,
+        vec![
+            "artifact:sha256:aa".to_owned(),
+            "artifact:sha256:bb".to_owned()
+        ]
+    );
+    assert_eq!(
+        (kid.error.as_deref(), kid.retryable),
+        (Some("quota"), Some(true))
+    );
+    assert_eq!(
+        (kid.started_event_id.as_str(), kid.last_event_id.as_str()),
+        ("e1", "e3")
+    );
+}
