@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::json;
 use strata_core::assembly::{
-    assemble_with_policy, rehydration_plan, Assembled, AssemblyPolicy, AssemblyRequest, Provider,
+    assemble_with_policy, rehydration_plan, AssemblyPolicy, AssemblyRequest, Provider,
     RehydrationDecision,
 };
 use strata_core::payload::{ContextBuilt, Payload};
 use strata_core::tokens::{CachedCounter, O200k};
 use strata_core::Event;
 use strata_ingest::{Ingestor, Publisher};
+pub use strata_providers::Rendered;
 use strata_runtime::Backends;
 
 pub mod http;
@@ -196,7 +197,7 @@ impl Assembler {
         tenant: &str,
         session: &str,
         request: &ContextRequest,
-    ) -> Result<Assembled, Error> {
+    ) -> Result<Rendered, Error> {
         self.context_and_record(tenant, session, request)
             .await
             .map(|(assembled, _)| assembled)
@@ -212,7 +213,7 @@ impl Assembler {
         tenant: &str,
         session: &str,
         request: &ContextRequest,
-    ) -> Result<(Assembled, bool), Error> {
+    ) -> Result<(Rendered, bool), Error> {
         let started = Instant::now();
         let branch = request
             .branch
@@ -265,8 +266,12 @@ impl Assembler {
         assembly_request.rehydrated = self
             .read_rehydrated(tenant, &rehydration_plan(&snapshot, &assembly_request))
             .await;
-        let mut assembled =
-            assemble_with_policy(&snapshot, &assembly_request, &policy, self.tokens.as_ref());
+        let mut assembled = strata_providers::render(assemble_with_policy(
+            &snapshot,
+            &assembly_request,
+            &policy,
+            self.tokens.as_ref(),
+        ));
         assembled.assembly.projection_complete = complete;
         assembled
             .assembly
@@ -409,7 +414,7 @@ impl Assembler {
     /// assembly id, so recording the same assembly twice has one effect.
     /// Production assemblies record the compact form (counts by reason, selected refs); with
     /// `trace` the full per-candidate trace.
-    async fn record(&self, assembled: &Assembled, trace: bool) -> Result<(), Error> {
+    async fn record(&self, assembled: &Rendered, trace: bool) -> Result<(), Error> {
         let compact;
         let a = if trace {
             &assembled.assembly

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use strata_assembler::Rendered as Assembled;
 use strata_assembler::{Assembler, AssemblerOptions, ContextRequest};
-use strata_core::assembly::{Assembled, OmissionReason, Provider};
+use strata_core::assembly::{OmissionReason, Provider};
 use strata_ingest::{IngestOptions, Ingestor, Publisher};
 use strata_log::FsyncPolicy;
 use strata_runtime::{BackendOpts, Backends};

@@ -1,11 +1,12 @@
 //! Human and JSON views of assemblies.
 
 use serde_json::{json, Value};
-use strata_core::assembly::{Assembled, BundleMessage, ContextAssembly};
+use strata_assembler::Rendered;
+use strata_core::assembly::{BundleMessage, ContextAssembly};
 use strata_core::projection::truncate_chars;
 
 /// Prints an assembled context: one JSON object with `--json`, a readable report otherwise.
-pub(crate) fn print_context(assembled: &Assembled, as_json: bool) -> anyhow::Result<()> {
+pub(crate) fn print_context(assembled: &Rendered, as_json: bool) -> anyhow::Result<()> {
     if as_json {
         println!(
             "{}",

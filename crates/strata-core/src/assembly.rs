@@ -16,7 +16,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::payload::{PrivacyClass, ToolSpec};
 use crate::projection::{truncate_chars, AgentState, ToolStatus};
@@ -334,7 +333,11 @@ pub struct ContextAssembly {
     pub included: Vec<Segment>,
     pub omitted: BTreeMap<OmissionReason, u64>,
     pub omitted_items: Vec<Omission>,
-    /// SHA-256 of the provider payload bytes.
+    /// SHA-256 of the canonical bundle (messages and tool specs): the selection, byte for byte.
+    #[serde(default)]
+    pub bundle_sha256: String,
+    /// SHA-256 of the provider payload bytes, set by the provider adapter that rendered it.
+    #[serde(default)]
     pub payload_sha256: String,
     /// Time spent, in microseconds, by phase (`snapshot`, `assemble`); not part of the identity.
     #[serde(default)]
@@ -659,7 +662,8 @@ pub struct BundleToolCall {
 pub struct Assembled {
     pub messages: Vec<BundleMessage>,
     pub tools: Vec<ToolSpec>,
-    pub payload: Value,
+    /// Output tokens the model call reserves (providers that require a cap get this one).
+    pub max_output_tokens: u32,
     pub assembly: ContextAssembly,
 }
 
@@ -1197,19 +1201,13 @@ pub fn assemble_with_policy(
         omitted.insert(OmissionReason::OrphanResult, snapshot.orphan_results);
     }
 
-    let payload = match request.provider {
-        Provider::Openai => crate::render::openai(&snapshot.model, &messages, &snapshot.tools),
-        Provider::Anthropic => crate::render::anthropic(
-            &snapshot.model,
-            &messages,
-            &snapshot.tools,
-            snapshot.reserved_output_tokens,
-        ),
-    };
-    let payload_bytes = serde_json::to_vec(&payload).expect("payload serializes");
-    let payload_sha256 = crate::sha256_hex(&payload_bytes);
+    // The bundle's identity: the canonical messages and tool specs. The provider's rendering of
+    // it is a pure function of the bundle and the provider, both part of the identity.
+    let bundle_bytes =
+        serde_json::to_vec(&(&messages, &snapshot.tools)).expect("the bundle serializes");
+    let bundle_sha256 = crate::sha256_hex(&bundle_bytes);
     let identity = format!(
-        "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{payload_sha256}",
+        "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{bundle_sha256}",
         snapshot.tenant_id,
         snapshot.session_id,
         snapshot.branch_id,
@@ -1240,7 +1238,8 @@ pub fn assemble_with_policy(
             included,
             omitted,
             omitted_items,
-            payload_sha256,
+            bundle_sha256,
+            payload_sha256: String::new(),
             timings_us: BTreeMap::new(),
             projection_complete: true,
             rehydrations,
@@ -1248,7 +1247,7 @@ pub fn assemble_with_policy(
         },
         messages,
         tools: snapshot.tools.clone(),
-        payload,
+        max_output_tokens: snapshot.reserved_output_tokens,
     }
 }
 

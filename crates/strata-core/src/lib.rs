@@ -9,7 +9,6 @@ pub mod event;
 pub mod memory;
 pub mod payload;
 pub mod projection;
-pub mod render;
 pub mod tokens;
 
 pub use event::{Causality, Event, FieldError, InvalidEvent, MAIN_BRANCH};

@@ -135,7 +135,7 @@ fn memory_policy_is_applied_and_explained() {
         &AssemblyRequest::default(),
         &O200k,
     );
-    let text = serde_json::to_string(&a.payload).unwrap();
+    let text = serde_json::to_string(&a.messages).unwrap();
     let reasons = |r: OmissionReason| {
         a.assembly
             .omitted_items
@@ -183,7 +183,7 @@ fn memory_policy_is_applied_and_explained() {
         &AssemblyRequest::default(),
         &O200k,
     );
-    let text = serde_json::to_string(&a.payload).unwrap();
+    let text = serde_json::to_string(&a.messages).unwrap();
     assert!(text.contains("STALE since") && text.contains("revalidate with `crm.get_order`"));
     // Deterministic: same snapshot, same bytes.
     let b = assemble(
@@ -192,7 +192,7 @@ fn memory_policy_is_applied_and_explained() {
         &O200k,
     );
     assert_eq!(
-        serde_json::to_vec(&a.payload).unwrap(),
-        serde_json::to_vec(&b.payload).unwrap()
+        serde_json::to_vec(&a.messages).unwrap(),
+        serde_json::to_vec(&b.messages).unwrap()
     );
 }

@@ -37,8 +37,8 @@ fn snapshot(participant: &str, messages: Vec<Value>, state: AgentState) -> Snaps
     .unwrap()
 }
 
-fn payload_text(a: &strata_core::assembly::Assembled) -> String {
-    serde_json::to_string(&a.payload).unwrap()
+fn bundle_text(a: &strata_core::assembly::Assembled) -> String {
+    serde_json::to_string(&a.messages).unwrap()
 }
 
 #[test]
@@ -75,7 +75,7 @@ fn another_participants_working_state_stays_private_and_its_final_text_is_labell
     ];
     let snap = snapshot("agent-a", messages, AgentState::default());
     let out = assemble(&snap, &AssemblyRequest::default(), &O200k);
-    let text = payload_text(&out);
+    let text = bundle_text(&out);
     assert!(!text.contains("PRIVATE-NOTE-7731"), "{text}");
     assert!(!text.contains("RAW-B-99"), "{text}");
     assert!(
@@ -90,7 +90,7 @@ fn another_participants_working_state_stays_private_and_its_final_text_is_labell
     // The same session seen by agent-b: its own work, agent-a's search kept out.
     let mut snap_b = snap.clone();
     snap_b.participant_id = "agent-b".into();
-    let text_b = payload_text(&assemble(&snap_b, &AssemblyRequest::default(), &O200k));
+    let text_b = bundle_text(&assemble(&snap_b, &AssemblyRequest::default(), &O200k));
     assert!(text_b.contains("RAW-B-99") && !text_b.contains("vendor A price list"));
 }
 
@@ -103,7 +103,7 @@ fn moderator_instructions_carry_speaker_labels_in_a_debate() {
         msg(4, "user", "moderator", "Rebuttals, one sentence.", vec![]),
     ];
     let snap = snapshot("pro", messages, AgentState::default());
-    let text = payload_text(&assemble(&snap, &AssemblyRequest::default(), &O200k));
+    let text = bundle_text(&assemble(&snap, &AssemblyRequest::default(), &O200k));
     assert!(
         text.contains("[moderator] Debate: tabs or spaces?"),
         "{text}"
@@ -138,7 +138,7 @@ fn restricted_output_is_withheld_with_a_safe_summary_and_confidential_follows_th
     ];
     let snap = snapshot("agent", messages, AgentState::default());
     let denied = assemble(&snap, &AssemblyRequest::default(), &O200k);
-    let text = payload_text(&denied);
+    let text = bundle_text(&denied);
     assert!(
         !text.contains("SECRET-BODY-42") && !text.contains("CONF-7"),
         "{text}"
@@ -159,7 +159,7 @@ fn restricted_output_is_withheld_with_a_safe_summary_and_confidential_follows_th
         },
         &O200k,
     );
-    let text = payload_text(&allowed);
+    let text = bundle_text(&allowed);
     assert!(
         text.contains("CONF-7"),
         "allow-listed provider gets confidential: {text}"
@@ -196,8 +196,8 @@ fn unresolved_retryable_errors_are_p0_even_under_a_tiny_budget() {
         .find(|s| s.kind == "recovery_state")
         .expect("recovery state included");
     assert_eq!(seg.tier, Tier::P0);
-    assert!(payload_text(&out).contains("HTTP 503 from storage"));
-    assert!(payload_text(&out).contains("retryable"));
+    assert!(bundle_text(&out).contains("HTTP 503 from storage"));
+    assert!(bundle_text(&out).contains("retryable"));
 }
 
 #[test]
@@ -221,7 +221,7 @@ fn a_subagent_is_private_until_it_finishes_then_its_report_and_checkpoint_reach_
         &AssemblyRequest::default(),
         &O200k,
     );
-    let text = payload_text(&out);
+    let text = bundle_text(&out);
     assert!(
         text.contains("child-1: running") && !text.contains("step 4"),
         "{text}"
@@ -247,7 +247,7 @@ fn a_subagent_is_private_until_it_finishes_then_its_report_and_checkpoint_reach_
         &AssemblyRequest::default(),
         &O200k,
     );
-    let text = payload_text(&out);
+    let text = bundle_text(&out);
     for needle in [
         "2 of 3 suites ran",
         "artifact:sha256:abc",
@@ -296,7 +296,7 @@ fn rehydration_needs_the_words_or_the_id_and_passes_privacy_provider_and_byte_bu
     );
 
     let out = assemble(&snap, &request, &O200k);
-    let text = payload_text(&out);
+    let text = bundle_text(&out);
     assert!(text.contains("## Exact output of read_file"), "{text}");
     assert!(text.contains("north,10,12\\nsouth,7,9"), "{text}");
     assert!(!text.contains("TOKEN-XYZ"));
@@ -311,7 +311,7 @@ fn rehydration_needs_the_words_or_the_id_and_passes_privacy_provider_and_byte_bu
     let out = assemble(&snap, &small, &O200k);
     let d = &out.assembly.rehydrations[0];
     assert!(!d.rehydrated && d.reason.contains("byte budget"), "{d:?}");
-    assert!(!payload_text(&out).contains("## Exact output"));
+    assert!(!bundle_text(&out).contains("## Exact output"));
 }
 
 #[test]
@@ -351,8 +351,8 @@ fn the_full_policy_set_is_deterministic() {
     let one = assemble(&snap, &AssemblyRequest::default(), &O200k);
     let two = assemble(&snap, &AssemblyRequest::default(), &O200k);
     assert_eq!(
-        serde_json::to_vec(&one.payload).unwrap(),
-        serde_json::to_vec(&two.payload).unwrap()
+        serde_json::to_vec(&one.messages).unwrap(),
+        serde_json::to_vec(&two.messages).unwrap()
     );
     assert_eq!(one.assembly, two.assembly);
 }

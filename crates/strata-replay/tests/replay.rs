@@ -129,8 +129,8 @@ async fn the_default_policy_is_byte_identical_to_assemble_and_the_tight_one_diff
     let default = assemble_with_policy(&snapshot, &request, &AssemblyPolicy::default(), &O200k);
     assert_eq!(plain, default);
     assert_eq!(
-        serde_json::to_vec(&plain.payload).unwrap(),
-        serde_json::to_vec(&default.payload).unwrap()
+        serde_json::to_vec(&plain.messages).unwrap(),
+        serde_json::to_vec(&default.messages).unwrap()
     );
     let tight = AssemblyPolicy::by_version(POLICY_VERSION_TIGHT).unwrap();
     let other = assemble_with_policy(&snapshot, &request, &tight, &O200k);

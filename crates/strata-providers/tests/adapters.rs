@@ -189,7 +189,7 @@ fn both_adapters_emit_requests_their_api_accepts_at_every_budget() {
                     verbatim_turns,
                     ..AssemblyRequest::default()
                 };
-                let body = assemble(&snap, &request, &O200k).payload;
+                let body = strata_providers::render(assemble(&snap, &request, &O200k)).payload;
                 let checked = match provider {
                     Provider::Openai => check_openai(&body),
                     Provider::Anthropic => check_anthropic(&body),

@@ -3,8 +3,8 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::assembly::BundleMessage;
-use crate::payload::ToolSpec;
+use strata_core::assembly::BundleMessage;
+use strata_core::payload::ToolSpec;
 
 /// An OpenAI-style chat completions request body.
 pub fn openai(model: &str, messages: &[BundleMessage], tools: &[ToolSpec]) -> Value {
