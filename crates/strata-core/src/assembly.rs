@@ -1870,6 +1870,19 @@ fn select_memories(
             omit(&mut omitted, m, reason);
             continue;
         }
+        // A tool memory of this session made from another participant's tool result keeps
+        // that result's privacy here, whatever scope it has elsewhere.
+        if m.kind == "tool_memory"
+            && m.session_id == snapshot.session_id
+            && m.owner_participant != snapshot.participant_id
+            && snapshot
+                .messages
+                .iter()
+                .any(|x| x.role == "assistant" && x.participant_id == m.owner_participant)
+        {
+            omit(&mut omitted, m, OmissionReason::OtherParticipant);
+            continue;
+        }
         if m.superseded_by.is_some() {
             omit(&mut omitted, m, OmissionReason::Superseded);
             continue;
