@@ -776,7 +776,23 @@ pub fn assemble_with_policy(
         Some(c) => {
             let (old, live): (Vec<&TimelineMessage>, Vec<&TimelineMessage>) =
                 visible.iter().partition(|m| m.seq < c.first_kept_seq);
-            let summary = c.render();
+            let viewer = snapshot.participant_id.as_str();
+            let summary = c.render_visible(|note| {
+                if gate.withholds(note.privacy_class) {
+                    Some(format!(
+                        "{} output, not sent to {}",
+                        note.privacy_class
+                            .map(crate::payload::PrivacyClass::as_str)
+                            .unwrap_or("protected"),
+                        gate.provider.as_str()
+                    ))
+                } else {
+                    note.owner_participant
+                        .as_deref()
+                        .filter(|owner| *owner != viewer)
+                        .map(|owner| format!("private to participant {owner}"))
+                }
+            });
             units.push(Unit {
                 kind: "compaction_summary",
                 tier: Tier::P1,

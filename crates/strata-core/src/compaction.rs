@@ -39,6 +39,14 @@ pub struct ToolResultNote {
     pub summary: String,
     pub artifact_ref: Option<String>,
     pub event_id: String,
+    /// The participant whose call it was, when the event named one: the assembler shows the
+    /// summary to that participant only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_participant: Option<String>,
+    /// The result's privacy class: the assembler withholds the summary from providers the
+    /// class does not allow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy_class: Option<crate::payload::PrivacyClass>,
 }
 
 /// An error seen in the range, how often it was retried and whether it was resolved.
@@ -147,8 +155,14 @@ impl CompactionRecord {
         serde_json::from_value(p.summary.clone()).ok()
     }
 
-    /// The summary as the assembler shows it in place of the range.
+    /// The whole summary (for audit and the compression check).
     pub fn render(&self) -> String {
+        self.render_visible(|_| None)
+    }
+
+    /// The summary as the assembler shows it in place of the range: a tool result note that
+    /// `withheld` names a reason for is shown by its metadata only.
+    pub fn render_visible(&self, withheld: impl Fn(&ToolResultNote) -> Option<String>) -> String {
         let s = &self.summary;
         let mut t = format!(
             "## Summary of events {}..{} (compaction {}, {} tokens → {})\n",
@@ -182,11 +196,15 @@ impl CompactionRecord {
             .tool_results
             .iter()
             .map(|r| {
+                let summary = match withheld(r) {
+                    Some(why) => format!("[summary withheld: {why}]"),
+                    None => r.summary.clone(),
+                };
                 format!(
                     "{} ({}): {}{}",
                     r.tool,
                     r.tool_call_id,
-                    r.summary,
+                    summary,
                     r.artifact_ref
                         .as_deref()
                         .map(|a| format!(" [full output: {a}]"))
@@ -244,6 +262,7 @@ impl Summarizer for DeterministicSummarizer {
         let mut s = previous.map(|p| p.summary.clone()).unwrap_or_default();
         // Errors that were open stay open until a success of the same tool.
         let mut calls: BTreeMap<String, (String, Value)> = BTreeMap::new();
+        let mut callers: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut plan: Vec<String> = s.progress.in_progress.clone();
         let mut first_prompt: Option<String> = None;
         let mut last_prompt: Option<String> = None;
@@ -278,12 +297,16 @@ impl Summarizer for DeterministicSummarizer {
                 Payload::ModelResponseReceived(p) => {
                     for c in &p.tool_calls {
                         calls.insert(c.tool_call_id.clone(), (c.name.clone(), c.args.clone()));
+                        callers.insert(c.tool_call_id.clone(), e.participant_id.clone());
                     }
                 }
                 Payload::ToolCallRequested(p) => {
                     calls
                         .entry(p.tool_call_id.clone())
                         .or_insert((p.name.clone(), p.args.clone()));
+                    callers
+                        .entry(p.tool_call_id.clone())
+                        .or_insert(e.participant_id.clone());
                 }
                 Payload::FileRead(p) => push_unique(&mut s.files_read, &p.path),
                 Payload::FileWritten(p) => {
@@ -306,8 +329,24 @@ impl Summarizer for DeterministicSummarizer {
                         .as_deref()
                         .or(p.output_preview.as_deref())
                         .unwrap_or("");
+                    // An error's text goes to every provider later: a protected output's is
+                    // named, not quoted.
+                    let protected = p
+                        .privacy_class
+                        .is_some_and(|c| c >= crate::payload::PrivacyClass::Confidential);
+                    let error_text = if protected {
+                        "error output withheld by privacy policy (see the result event)"
+                    } else {
+                        output
+                    };
                     if p.is_error {
-                        note_error(&mut s.errors, name, &p.tool_call_id, output, &e.event_id);
+                        note_error(
+                            &mut s.errors,
+                            name,
+                            &p.tool_call_id,
+                            error_text,
+                            &e.event_id,
+                        );
                     } else {
                         for err in s.errors.iter_mut().filter(|x| &x.tool == name) {
                             err.resolved = true;
@@ -333,6 +372,8 @@ impl Summarizer for DeterministicSummarizer {
                                 summary: x.text,
                                 artifact_ref: p.output_ref.clone(),
                                 event_id: e.event_id.clone(),
+                                owner_participant: callers.get(&p.tool_call_id).cloned().flatten(),
+                                privacy_class: p.privacy_class,
                             });
                         }
                     }

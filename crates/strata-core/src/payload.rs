@@ -278,6 +278,17 @@ pub enum PrivacyClass {
     Restricted,
 }
 
+impl PrivacyClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrivacyClass::Public => "public",
+            PrivacyClass::Internal => "internal",
+            PrivacyClass::Confidential => "confidential",
+            PrivacyClass::Restricted => "restricted",
+        }
+    }
+}
+
 /// Freshness classes of SPEC §6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

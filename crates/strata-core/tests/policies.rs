@@ -356,3 +356,67 @@ fn the_full_policy_set_is_deterministic() {
     );
     assert_eq!(one.assembly, two.assembly);
 }
+
+#[test]
+fn compaction_notes_keep_owner_and_privacy_and_never_quote_a_protected_error() {
+    use strata_core::compaction::{DeterministicSummarizer, Summarizer};
+    use strata_core::payload::PrivacyClass;
+    let ev = |n: u32, who: &str, ty: &str, payload: Value| {
+        strata_core::Event::from_json(
+            json!({"event_id": format!("x{n}"), "tenant_id": "t", "session_id": "s",
+                "participant_id": who, "timestamp": "2026-06-03T10:00:00Z", "type": ty,
+                "payload": payload}),
+            None,
+        )
+        .unwrap()
+    };
+    let events = [
+        ev(
+            1,
+            "agent-b",
+            "ModelResponseReceived",
+            json!({"message_id": "m", "text": "",
+            "tool_calls": [{"tool_call_id": "t1", "name": "pytest", "args": {}},
+                           {"tool_call_id": "t2", "name": "pytest", "args": {"k": "secret"}}]}),
+        ),
+        ev(
+            2,
+            "agent-b",
+            "ToolCallFinished",
+            json!({"tool_call_id": "t1",
+            "output": "3 passed, 1 failed", "privacy_class": "internal"}),
+        ),
+        ev(
+            3,
+            "agent-b",
+            "ToolCallFinished",
+            json!({"tool_call_id": "t2",
+            "output": "FAILED: token SECRET-TOKEN-5 rejected", "is_error": true,
+            "privacy_class": "restricted"}),
+        ),
+    ];
+    let refs: Vec<&strata_core::Event> = events.iter().collect();
+    let summary = DeterministicSummarizer.summarize(&refs, None);
+    let note = summary
+        .tool_results
+        .iter()
+        .find(|n| n.tool_call_id == "t1")
+        .unwrap();
+    assert_eq!(note.owner_participant.as_deref(), Some("agent-b"));
+    assert_eq!(note.privacy_class, Some(PrivacyClass::Internal));
+    // The stored note may quote the restricted result (the summary is audit data); it is
+    // marked so that the assembler withholds it from every provider.
+    for n in summary
+        .tool_results
+        .iter()
+        .filter(|n| n.summary.contains("SECRET-TOKEN-5"))
+    {
+        assert_eq!(n.privacy_class, Some(PrivacyClass::Restricted));
+    }
+    let error = summary
+        .errors
+        .iter()
+        .find(|e| e.tool_call_id == "t2")
+        .unwrap();
+    assert!(!error.message.contains("SECRET-TOKEN-5"), "{error:?}");
+}
