@@ -346,6 +346,10 @@ pub struct ContextAssembly {
     /// then misses the newest events, and says so.
     #[serde(default = "default_true")]
     pub projection_complete: bool,
+    /// Whether the tenant's allow-list admitted this provider for confidential payloads (part of
+    /// what a replay needs to reproduce the assembly).
+    #[serde(default)]
+    pub confidential_allowed: bool,
     /// Every artifact asked for byte for byte, rehydrated or refused, with why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rehydrations: Vec<RehydrationDecision>,
@@ -1258,6 +1262,7 @@ pub fn assemble_with_policy(
             payload_sha256: String::new(),
             timings_us: BTreeMap::new(),
             projection_complete: true,
+            confidential_allowed: request.confidential_allowed,
             rehydrations,
             traced: true,
         },

@@ -335,6 +335,7 @@ async fn call_point(
         if let Ok(rec) = serde_json::from_value::<ContextAssembly>(cb.assembly.clone()) {
             request.provider = rec.provider;
             request.budget = Some(rec.budget_tokens);
+            request.confidential_allowed = rec.confidential_allowed;
             if let Some(p) = AssemblyPolicy::by_version(&rec.policy_version) {
                 recorded_policy = p;
             }
