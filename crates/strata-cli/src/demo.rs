@@ -29,6 +29,7 @@ pub(crate) async fn run(
         .await?;
     let accepted = outcomes.iter().filter(|o| o.status == "accepted").count();
     strata_projector::bring_current(&backends, wait).await?;
+    crate::bring_memories_current(&backends, wait).await?;
     let mut request = args.request();
     if request.budget.is_none() {
         // A realistic per-call budget: what an agent would give its context, not the whole window.

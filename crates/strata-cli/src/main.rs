@@ -11,6 +11,7 @@ mod bench_distributed;
 mod bench_memory;
 mod bench_policies;
 mod bench_replay;
+mod bench_scenarios;
 mod compact;
 mod demo;
 mod dev;
@@ -166,6 +167,17 @@ enum BenchWhat {
         #[arg(long, default_value_t = 200)]
         sessions: usize,
     },
+    /// The scenario suite of SPEC §10 instead: transcript replay against assembled context,
+    /// and whether every must-keep fact held (exit status 1 when one did not).
+    Scenarios {
+        /// Directory of `<name>.jsonl` + `<name>.expect.json` pairs [default: ./tests/scenarios,
+        /// else the repository's].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print a JSON array, one object per scenario.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -269,6 +281,17 @@ async fn open_current(
     Ok(backends)
 }
 
+/// On the embedded default no memory extractor runs beside a verb: brings the memories up to the
+/// log's end, as the services of `strata dev` would have, and projects what that appended. On a
+/// shared log the memory extractor service does this.
+async fn bring_memories_current(backends: &Backends, wait: Duration) -> anyhow::Result<()> {
+    if backends.log.is_embedded() {
+        strata_memory::catch_up(backends).await?;
+        strata_projector::bring_current(backends, wait).await?;
+    }
+    Ok(())
+}
+
 fn assembler(backends: &Backends, policy: &strata_assembler::PolicyOpts) -> Assembler {
     let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
     Assembler::new(
@@ -298,6 +321,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Context { session, context } => {
             let backends = open_current(opts, wait, "strata context").await?;
+            bring_memories_current(&backends, wait).await?;
             let assembled = assembler(&backends, &cli.policy)
                 .context(&context.tenant, &session, &context.request())
                 .await?;
@@ -360,6 +384,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             what: Some(BenchWhat::Replay { events, sessions }),
             ..
         } => bench_replay::run(events, sessions).await,
+        Command::Bench {
+            what: Some(BenchWhat::Scenarios { dir, json }),
+            ..
+        } => bench_scenarios::run(dir.as_deref(), json).await,
         Command::Bench {
             what: Some(BenchWhat::Distributed(servers)),
             ..

@@ -22,7 +22,7 @@ use strata_core::compaction::{
 use strata_core::payload::Payload;
 use strata_core::tokens::{O200k, TokenCounter};
 use strata_core::{Event, MAIN_BRANCH};
-use strata_ingest::derive::{run_deriving, DeriveError};
+use strata_ingest::derive::{run_deriving, run_deriving_until_caught_up, DeriveError};
 use strata_ingest::{Ingestor, Publisher};
 use strata_runtime::follow::{CountsByType, FollowStats};
 use strata_runtime::Backends;
@@ -243,25 +243,67 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(FollowStats, CountsByType), Error> {
     let result = run_deriving(backends, group, shutdown, |event, replaying, counts| {
-        let Some(record) = planner.observe(event) else {
-            return Vec::new();
-        };
-        if replaying {
-            return Vec::new();
-        }
-        let key = if record.succeeded() {
-            "compactions"
-        } else {
-            "failed"
-        };
-        *counts.entry(key).or_default() += 1;
-        tracing::info!(session = %record.session_id, id = %record.compaction_id,
-            status = %record.status, failures = ?record.check.failures, "compaction");
-        vec![compaction_event(&record, event)]
+        derive_compaction(planner, event, replaying, counts)
     })
     .await?;
     tracing::info!(group, events = result.0.events, "compactor stopped");
     Ok(result)
+}
+
+/// Runs the compactor (group [`DEFAULT_GROUP`], default options) until it has consumed the
+/// log up to its end, its own records included, then stops: every compaction the threshold
+/// calls for as of now is on the log. For one-shot runs (tests, benchmarks, the CLI); the
+/// service runs [`run`]. Returns the same counts as [`run`].
+pub async fn catch_up(backends: &Backends) -> Result<(FollowStats, CountsByType), Error> {
+    catch_up_with(
+        backends,
+        DEFAULT_GROUP,
+        &mut Planner::new(CompactorOptions::default()),
+    )
+    .await
+}
+
+/// [`catch_up`] with a given consumer group and planner.
+pub async fn catch_up_with(
+    backends: &Backends,
+    group: &str,
+    planner: &mut Planner,
+) -> Result<(FollowStats, CountsByType), Error> {
+    let result = run_deriving_until_caught_up(backends, group, |event, replaying, counts| {
+        derive_compaction(planner, event, replaying, counts)
+    })
+    .await?;
+    tracing::debug!(
+        group,
+        events = result.0.events,
+        "compactor caught up with the log"
+    );
+    Ok(result)
+}
+
+/// The compactor's observer: the planner's record for `event`, as the event to append (none
+/// while replaying).
+fn derive_compaction(
+    planner: &mut Planner,
+    event: &Event,
+    replaying: bool,
+    counts: &mut CountsByType,
+) -> Vec<Event> {
+    let Some(record) = planner.observe(event) else {
+        return Vec::new();
+    };
+    if replaying {
+        return Vec::new();
+    }
+    let key = if record.succeeded() {
+        "compactions"
+    } else {
+        "failed"
+    };
+    *counts.entry(key).or_default() += 1;
+    tracing::info!(session = %record.session_id, id = %record.compaction_id,
+        status = %record.status, failures = ?record.check.failures, "compaction");
+    vec![compaction_event(&record, event)]
 }
 
 /// Reads a session's events (canonical JSON, seq order) from the projections.

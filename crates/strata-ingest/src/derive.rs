@@ -128,3 +128,55 @@ where
     consumer.close().await?;
     Ok((stats, counts))
 }
+
+/// How often [`run_deriving_until_caught_up`] compares the group's committed offsets with the
+/// log's end.
+const CAUGHT_UP_POLL: Duration = Duration::from_millis(10);
+
+/// [`run_deriving`] until consumer group `group` has committed every partition up to the log's
+/// end, its own derived events included: for one-shot runs (the CLI on the embedded default,
+/// tests, benchmarks) that need every derivation of the log as of now.
+///
+/// The group's committed offsets are read before the log's end offsets, so when they reach
+/// those ends nothing was left unprocessed at that moment. Events appended concurrently by
+/// others after that are left for the next run.
+pub async fn run_deriving_until_caught_up<F>(
+    backends: &Backends,
+    group: &str,
+    observe: F,
+) -> Result<(FollowStats, CountsByType), DeriveError>
+where
+    F: FnMut(&Event, bool, &mut CountsByType) -> Vec<Event>,
+{
+    let failure: std::sync::Mutex<Option<strata_log::Error>> = std::sync::Mutex::new(None);
+    let caught_up = async {
+        loop {
+            match caught_up(backends, group).await {
+                Ok(true) => return,
+                Ok(false) => tokio::time::sleep(CAUGHT_UP_POLL).await,
+                Err(e) => {
+                    if let Ok(mut slot) = failure.lock() {
+                        *slot = Some(e);
+                    }
+                    return;
+                }
+            }
+        }
+    };
+    let result = run_deriving(backends, group, caught_up, observe).await?;
+    let failed = failure.lock().ok().and_then(|mut slot| slot.take());
+    match failed {
+        Some(e) => Err(DeriveError::Log(e)),
+        None => Ok(result),
+    }
+}
+
+/// Whether `group` has committed every partition of the log up to its end.
+async fn caught_up(backends: &Backends, group: &str) -> Result<bool, strata_log::Error> {
+    let committed = backends.log.committed(group).await?;
+    let ends = backends.log.end_offsets().await?;
+    Ok(ends
+        .iter()
+        .enumerate()
+        .all(|(partition, &end)| committed.get(&(partition as u32)).copied().unwrap_or(0) >= end))
+}

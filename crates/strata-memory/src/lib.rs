@@ -17,7 +17,7 @@ use std::future::Future;
 
 use strata_core::memory::{Derived, MemoryEngine};
 use strata_core::Event;
-use strata_ingest::derive::{run_deriving, DeriveError};
+use strata_ingest::derive::{run_deriving, run_deriving_until_caught_up, DeriveError};
 use strata_runtime::follow::{CountsByType, FollowStats};
 use strata_runtime::Backends;
 
@@ -98,6 +98,37 @@ pub async fn run_with(
         events = result.0.events,
         memories = engine.memory_count(),
         "memory extractor stopped"
+    );
+    Ok(result)
+}
+
+/// Runs the memory extractor (group [`DEFAULT_GROUP`], default extractors) until it has
+/// consumed the log up to its end, its own derived events included, then stops: every memory
+/// of the log as of now is on the log. For one-shot runs (the CLI on the embedded default,
+/// tests, benchmarks); the service runs [`run`].
+pub async fn catch_up(backends: &Backends) -> Result<(FollowStats, CountsByType), Error> {
+    catch_up_with(backends, DEFAULT_GROUP, &mut MemoryEngine::default()).await
+}
+
+/// [`catch_up`] with a given consumer group and engine.
+pub async fn catch_up_with(
+    backends: &Backends,
+    group: &str,
+    engine: &mut MemoryEngine,
+) -> Result<(FollowStats, CountsByType), Error> {
+    let result = run_deriving_until_caught_up(backends, group, |event, _replaying, _counts| {
+        engine
+            .observe(event)
+            .into_iter()
+            .map(|d| derived_event(event, d))
+            .collect()
+    })
+    .await?;
+    tracing::debug!(
+        group,
+        events = result.0.events,
+        memories = engine.memory_count(),
+        "memory extractor caught up with the log"
     );
     Ok(result)
 }

@@ -54,3 +54,49 @@ async fn consumes_commits_and_resumes_where_it_stopped() {
         .unwrap();
     assert_eq!(stats.events, 3);
 }
+
+#[tokio::test]
+async fn catch_up_stops_at_the_log_end_with_its_own_memories_consumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = BackendOpts {
+        fsync: FsyncPolicy::Never,
+        ..BackendOpts::embedded(dir.path())
+    };
+    let backends = Backends::open(&opts, "test").await.unwrap();
+    // An empty log: nothing to do, returns at once.
+    let (stats, _) = strata_memory::catch_up(&backends).await.unwrap();
+    assert_eq!(stats.events, 0);
+    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+    let mut events = vec![
+        json!({"event_id": "m1", "tenant_id": "t", "session_id": "s",
+        "timestamp": "2026-06-03T10:00:00Z", "type": "ModelResponseReceived",
+        "payload": {"message_id": "a1", "text": "reading",
+            "tool_calls": [{"tool_call_id": "c1", "name": "read_file", "args": {"path": "a.rs"}}]}}),
+    ];
+    events.push(
+        json!({"event_id": "r1", "tenant_id": "t", "session_id": "s",
+        "timestamp": "2026-06-03T10:00:01Z", "type": "ToolCallFinished",
+        "payload": {"tool_call_id": "c1", "output": "fn main() {}\n"}}),
+    );
+    ingestor
+        .ingest_json(&Publisher::Operator, events)
+        .await
+        .unwrap();
+    let (stats, by_type) = strata_memory::catch_up(&backends).await.unwrap();
+    // The two events, then the memory it appended (read back and learned, not extracted).
+    assert_eq!(by_type.get("appended"), Some(&1));
+    assert_eq!(stats.events, 3);
+    let committed = backends
+        .log
+        .committed(strata_memory::DEFAULT_GROUP)
+        .await
+        .unwrap();
+    let end = backends.log.end_offsets().await.unwrap();
+    for (p, e) in end.iter().enumerate() {
+        assert_eq!(committed.get(&(p as u32)).copied().unwrap_or(0), *e);
+    }
+    // Caught up already: a second run consumes nothing and appends nothing.
+    let (stats, by_type) = strata_memory::catch_up(&backends).await.unwrap();
+    assert_eq!(stats.events, 0);
+    assert_eq!(by_type.get("appended"), None);
+}
