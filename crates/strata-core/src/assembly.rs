@@ -152,6 +152,9 @@ pub struct ToolPair {
     pub error: Option<String>,
     pub retryable: bool,
     pub privacy_class: Option<PrivacyClass>,
+    /// The participant that asked for the call.
+    #[serde(default)]
+    pub participant_id: String,
 }
 
 /// What the assembler reads from the projections for one request.
@@ -199,8 +202,22 @@ pub struct Snapshot {
     /// after the fork point), and their tokens: never candidates, counted as `other_branch`.
     #[serde(default)]
     pub other_branch_messages: u64,
+    /// The branches whose history this branch sees (itself first, then its ancestors).
+    #[serde(default)]
+    pub lineage_branches: Vec<String>,
     #[serde(default)]
     pub other_branch_tokens: u64,
+}
+
+impl Snapshot {
+    /// Whether a branch's records belong to this snapshot's history.
+    pub fn in_lineage(&self, branch: &str) -> bool {
+        if self.lineage_branches.is_empty() {
+            branch == self.branch_id
+        } else {
+            self.lineage_branches.iter().any(|b| b == branch)
+        }
+    }
 }
 
 /// Output format of the payload.
@@ -399,11 +416,77 @@ const EXACT_WORDS: [&str; 6] = [
     "original",
 ];
 /// Words too common to name an artifact.
-const STOP_WORDS: [&str; 24] = [
+const STOP_WORDS: [&str; 44] = [
     "the", "use", "exact", "exactly", "raw", "verbatim", "original", "from", "before", "earlier",
     "please", "with", "and", "that", "this", "again", "file", "data", "output", "same", "give",
-    "show", "send", "bytes",
+    "show", "send", "bytes", "byte", "for", "into", "need", "want", "can", "you", "what", "which",
+    "had", "have", "was", "were", "are", "all", "its", "our", "your", "their", "them",
 ];
+
+/// The words of the current request that name something inside an output rather than the
+/// tool call itself.
+fn focus_words(snapshot: &Snapshot, request: &AssemblyRequest, c: &ToolPair) -> Vec<String> {
+    let Some(text) = request_text(snapshot, request) else {
+        return Vec::new();
+    };
+    let hay = format!("{} {}", c.name, c.args).to_lowercase();
+    let mut words: Vec<String> = request_words(&text)
+        .into_iter()
+        .filter(|w| w.len() >= 3 && !STOP_WORDS.contains(&w.as_str()) && !hay.contains(w.as_str()))
+        .collect();
+    words.sort();
+    words.dedup();
+    words
+}
+
+/// The first line and the lines mentioning any of `words` (case-insensitive), when that is some
+/// but not all of the others: `(text, kept, total)`.
+fn focused_lines(raw: &str, words: &[String]) -> Option<(String, usize, usize)> {
+    if words.is_empty() {
+        return None;
+    }
+    let mut lines = raw.split_inclusive('\n');
+    let header = lines.next()?;
+    let rest: Vec<&str> = lines.collect();
+    let kept: Vec<&str> = rest
+        .iter()
+        .copied()
+        .filter(|l| {
+            let l = l.to_lowercase();
+            words.iter().any(|w| l.contains(w.as_str()))
+        })
+        .collect();
+    if kept.is_empty() || kept.len() == rest.len() {
+        return None;
+    }
+    let mut out = String::from(header);
+    for l in &kept {
+        out.push_str(l);
+    }
+    Some((out, kept.len(), rest.len()))
+}
+
+/// The text of the current request: the one passed in, else the newest user message.
+fn request_text(snapshot: &Snapshot, request: &AssemblyRequest) -> Option<String> {
+    request.request.clone().or_else(|| {
+        snapshot
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map(|m| m.text.clone())
+    })
+}
+
+/// Lowercase words of a text (letters, digits, `-`, `_`, inner `.`).
+fn request_words(text: &str) -> Vec<String> {
+    text.to_lowercase()
+        .split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_' || c == '.'))
+        .map(|w| w.trim_matches('.'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
 
 /// Decides, before any blob is read, which artifacts the context may carry byte for byte: the
 /// ones `request.rehydrate` names, and the one the current request's words name when it asks
@@ -421,35 +504,30 @@ pub fn rehydration_plan(
         .flat_map(|m| m.tool_calls.iter().map(move |c| (m, c)))
         .collect();
     let mut targets: Vec<String> = request.rehydrate.clone();
-    let request_text = request.request.clone().or_else(|| {
-        snapshot
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.role == "user")
-            .map(|m| m.text.clone())
-    });
-    if let Some(text) = request_text {
-        let lower = text.to_lowercase();
-        let words: Vec<&str> = lower
-            .split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_' || c == '.'))
-            .map(|w| w.trim_matches('.'))
-            .filter(|w| !w.is_empty())
-            .collect();
-        if words.iter().any(|w| EXACT_WORDS.contains(w)) {
+    if let Some(text) = request_text(snapshot, request) {
+        let words = request_words(&text);
+        if words.iter().any(|w| EXACT_WORDS.contains(&w.as_str())) {
             let names: Vec<&str> = words
                 .iter()
-                .copied()
+                .map(String::as_str)
                 .filter(|w| w.len() >= 3 && !STOP_WORDS.contains(w))
                 .collect();
-            // The newest answered call whose name or arguments share the most words.
+            // The newest answered call whose name or arguments share the most words; a word
+            // that is a segment of the tool's name counts double ("csv" names export_csv more
+            // than a script that happens to call read_csv).
             let best = pairs
                 .iter()
                 .rev()
                 .filter(|(_, c)| c.output.is_some() || c.output_ref.is_some())
                 .map(|(_, c)| {
-                    let hay = format!("{} {}", c.name, c.args).to_lowercase();
-                    (names.iter().filter(|w| hay.contains(**w)).count(), *c)
+                    let name = c.name.to_lowercase();
+                    let segments: Vec<&str> = name.split(['.', '_', '-', '/']).collect();
+                    let args = c.args.to_lowercase();
+                    let score: usize = names
+                        .iter()
+                        .map(|w| 2 * usize::from(segments.contains(w)) + usize::from(args.contains(*w)))
+                        .sum();
+                    (score, *c)
                 })
                 .filter(|(score, _)| *score > 0)
                 .fold(None::<(usize, &ToolPair)>, |best, (score, c)| match best {
@@ -738,6 +816,27 @@ pub fn assemble_with_policy(
     let mut units: Vec<Unit> = Vec::new();
     // Visibility first: another participant's working state is never a candidate.
     let (visible, mut omitted_items) = visible_messages(snapshot, tokens);
+    let notes = call_notes(snapshot, gate);
+    // Results shown only as "superseded" or "stale, revalidate": their raw output is left out.
+    for c in visible.iter().flat_map(|m| m.tool_calls.iter()) {
+        let Some(note) = notes.get(c.tool_call_id.as_str()) else {
+            continue;
+        };
+        let reason = if note.superseded_by.is_some() {
+            OmissionReason::Superseded
+        } else if matches!(note.stale, Some((_, _, true))) {
+            OmissionReason::Stale
+        } else {
+            continue;
+        };
+        omitted_items.push(Omission {
+            kind: "raw_tool_output".into(),
+            tier: Tier::P2,
+            reason,
+            source_event_ids: c.result_event_id.iter().cloned().collect(),
+            tokens: c.output_tokens,
+        });
+    }
     // Raw outputs the privacy policy withholds from this provider: each stays a candidate as
     // its metadata-only safe summary, and is counted.
     for c in visible.iter().flat_map(|m| m.tool_calls.iter()) {
@@ -776,10 +875,15 @@ pub fn assemble_with_policy(
         .compaction
         .as_ref()
         .filter(|c| c.succeeded() && c.first_kept_seq > 0);
+    let mut compacted_calls: BTreeSet<&str> = BTreeSet::new();
     let live: Vec<&TimelineMessage> = match compaction {
         Some(c) => {
             let (old, live): (Vec<&TimelineMessage>, Vec<&TimelineMessage>) =
                 visible.iter().partition(|m| m.seq < c.first_kept_seq);
+            compacted_calls.extend(
+                old.iter()
+                    .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str())),
+            );
             let viewer = snapshot.participant_id.as_str();
             let summary = c.render_visible(|note| {
                 if gate.withholds(note.privacy_class) {
@@ -843,7 +947,7 @@ pub fn assemble_with_policy(
         let is_request = i == 0 && m.role == "user";
         let has_open = m.tool_calls.iter().any(|c| c.status.is_open());
         let (messages, sources, t) =
-            render_message(m, Rendering::Current, &BTreeMap::new(), gate, tokens);
+            render_message(m, Rendering::Current, &notes, gate, tokens);
         for c in m.tool_calls.iter().filter(|c| c.status.is_open()) {
             pending_sources.push(c.request_event_id.clone());
         }
@@ -893,7 +997,9 @@ pub fn assemble_with_policy(
     let mut pending: Vec<&ToolPair> = visible
         .iter()
         .flat_map(|m| m.tool_calls.iter())
-        .chain(snapshot.loose_tool_calls.iter())
+        .chain(snapshot.loose_tool_calls.iter().filter(|c| {
+            c.participant_id.is_empty() || c.participant_id == snapshot.participant_id
+        }))
         .filter(|c| c.status.is_open())
         .collect();
     pending.sort_by_key(|c| c.request_seq);
@@ -983,28 +1089,18 @@ pub fn assemble_with_policy(
     // digested (P3) lazily below: only as many as the budget can take are rendered.
     let completed: Vec<&Vec<&TimelineMessage>> = turns.iter().rev().collect();
     let verbatim_count = request.verbatim_turns.min(completed.len());
-    let memo: BTreeMap<&str, &crate::memory::Memory> = snapshot
-        .memories
-        .iter()
-        .filter(|m| {
-            m.superseded_by.is_none()
-                && m.kind == "tool_memory"
-                && !gate.withholds(Some(m.privacy_class))
-        })
-        .filter_map(|m| m.tool_call_id.as_deref().map(|c| (c, m)))
-        .collect();
     let render_turn = |age: usize, turn: &[&TimelineMessage]| -> Unit {
         let verbatim = age < request.verbatim_turns;
-        let mode = if verbatim {
-            Rendering::Recent
-        } else {
-            Rendering::Digest
+        let mode = match age {
+            0 if verbatim => Rendering::Recent,
+            _ if verbatim => Rendering::Older,
+            _ => Rendering::Digest,
         };
         let mut messages = Vec::new();
         let mut sources = Vec::new();
         let mut t = 0;
         for m in turn {
-            let (msgs, src, mt) = render_message(m, mode, &memo, gate, tokens);
+            let (msgs, src, mt) = render_message(m, mode, &notes, gate, tokens);
             messages.extend(msgs);
             sources.extend(src);
             t += mt;
@@ -1036,13 +1132,21 @@ pub fn assemble_with_policy(
         .map(|(age, turn)| render_turn(age, turn))
         .collect();
 
-    // Memories (P2): governed, each included or omitted with its reason.
-    let verbatim_calls: BTreeSet<&str> = current_turn
+    // Memories (P2): governed, each included or omitted with its reason. A memory of a call
+    // the turns show (verbatim, or in a digest line that carries the memory) is redundant; one
+    // of a compacted call is the summary's.
+    let window_calls: BTreeSet<&str> = current_turn
         .iter()
-        .chain(completed[..verbatim_count].iter().flat_map(|t| t.iter()))
+        .chain(completed.iter().flat_map(|t| t.iter()))
         .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str()))
         .collect();
-    let (memory_units, memory_omissions) = select_memories(snapshot, &verbatim_calls, gate, tokens);
+    let (memory_units, memory_omissions) = select_memories(
+        snapshot,
+        &window_calls,
+        &compacted_calls,
+        gate,
+        tokens,
+    );
     omitted_items.extend(memory_omissions);
 
     // Raw rehydration: only what the plan admitted (selection, privacy, provider, byte budget)
@@ -1063,8 +1167,27 @@ pub fn assemble_with_policy(
             d.reason = "admitted, but the raw bytes could not be read from blob storage".into();
             continue;
         };
+        // A request that names what it needs from the output ("the EMEA-North rows") gets the
+        // header line and the lines that mention it, each byte for byte.
+        let focus = focus_words(snapshot, request, c);
+        let (body, scope) = match focused_lines(&raw, &focus) {
+            Some((lines, kept, total)) => {
+                d.reason.push_str(&format!(
+                    "; the {kept} of {total} lines that mention {}",
+                    focus.join(", ")
+                ));
+                (
+                    lines,
+                    format!(
+                        "the header and the {kept} of {total} lines that mention {}",
+                        focus.join(", ")
+                    ),
+                )
+            }
+            None => (raw.clone(), "all of it".to_owned()),
+        };
         let text = format!(
-            "## Exact output of {} {} ({} bytes{}), rehydrated as asked\n{}",
+            "## Exact output of {} {}, byte for byte ({scope}; {} bytes in all{}), rehydrated as asked\n{}",
             c.name,
             truncate_chars(&c.args, 200),
             raw.len(),
@@ -1072,7 +1195,7 @@ pub fn assemble_with_policy(
                 .as_deref()
                 .map(|r| format!(", artifact {r}"))
                 .unwrap_or_default(),
-            raw
+            body
         );
         units.push(Unit {
             kind: "rehydrated_artifact",
@@ -1276,8 +1399,11 @@ pub fn assemble_with_policy(
 enum Rendering {
     /// The turn in progress: messages verbatim, artifact outputs as their stored preview.
     Current,
-    /// A recent completed turn: messages verbatim, long outputs by their salient lines.
+    /// The latest completed turn: messages verbatim, long outputs by their salient lines.
     Recent,
+    /// An earlier turn of the verbatim window: messages verbatim, results by their tool memory
+    /// where one exists (the raw output stays on the log, referenced).
+    Older,
     /// An older turn: one line per step.
     Digest,
 }
@@ -1287,7 +1413,7 @@ enum Rendering {
 fn render_message(
     m: &TimelineMessage,
     mode: Rendering,
-    memo: &BTreeMap<&str, &crate::memory::Memory>,
+    notes: &CallNotes,
     gate: Gate,
     tokens: &dyn TokenCounter,
 ) -> (Vec<BundleMessage>, Vec<String>, u64) {
@@ -1295,7 +1421,7 @@ fn render_message(
     let mut out = Vec::new();
     let mut t = 0;
     match mode {
-        Rendering::Current | Rendering::Recent => {
+        Rendering::Current | Rendering::Recent | Rendering::Older => {
             if m.role == "user" || m.role == PEER_ROLE {
                 out.push(BundleMessage::User {
                     text: m.text.clone(),
@@ -1308,29 +1434,61 @@ fn render_message(
                     .iter()
                     .filter(|c| !c.status.is_open())
                     .collect();
+                let mut calls = Vec::with_capacity(answered.len());
+                for c in &answered {
+                    // Completed turns need what was asked, not every byte of a long argument
+                    // (a spreadsheet's rows, a report's body): the event has them all.
+                    let arguments = if mode != Rendering::Current
+                        && c.args.chars().count() > MAX_ARGS_CHARS
+                    {
+                        let short = serde_json::json!({
+                            "_shortened": format!(
+                                "{} characters of arguments; all of them in event {}",
+                                c.args.chars().count(),
+                                c.request_event_id
+                            ),
+                            "head": truncate_chars(&c.args, ARGS_HEAD_CHARS),
+                        })
+                        .to_string();
+                        t += tokens.count(&short);
+                        short
+                    } else {
+                        t += c.call_tokens;
+                        c.args.clone()
+                    };
+                    calls.push(BundleToolCall {
+                        id: c.tool_call_id.clone(),
+                        name: c.name.clone(),
+                        arguments,
+                    });
+                }
                 out.push(BundleMessage::Assistant {
                     text: m.text.clone(),
-                    tool_calls: answered
-                        .iter()
-                        .map(|c| BundleToolCall {
-                            id: c.tool_call_id.clone(),
-                            name: c.name.clone(),
-                            arguments: c.args.clone(),
-                        })
-                        .collect(),
+                    tool_calls: calls,
                 });
                 t += m.tokens;
                 for c in answered {
                     sources.push(c.request_event_id.clone());
                     sources.extend(c.result_event_id.clone());
+                    let note = notes.get(c.tool_call_id.as_str());
                     let (content, ct) = if gate.withholds(c.privacy_class) {
                         let text = gate.safe_summary(c);
                         let t = tokens.count(&text);
                         (text, t)
+                    } else if let Some(text) = note.and_then(|n| n.replacement(c, mode)) {
+                        let t = tokens.count(&text);
+                        (text, t)
                     } else {
-                        tool_content(c, mode == Rendering::Recent, tokens)
+                        let (content, ct) = tool_content(c, mode != Rendering::Current, tokens);
+                        match note.map(CallNote::marks).filter(|m| !m.is_empty()) {
+                            Some(marks) => {
+                                let t = ct + tokens.count(&marks);
+                                (format!("{marks}\n{content}"), t)
+                            }
+                            None => (content, ct),
+                        }
                     };
-                    t += c.call_tokens + ct + MESSAGE_OVERHEAD_TOKENS;
+                    t += ct + MESSAGE_OVERHEAD_TOKENS;
                     out.push(BundleMessage::Tool {
                         tool_call_id: c.tool_call_id.clone(),
                         content,
@@ -1352,13 +1510,13 @@ fn render_message(
                 }
                 sources.push(c.request_event_id.clone());
                 sources.extend(c.result_event_id.clone());
+                let note = notes.get(c.tool_call_id.as_str());
                 let outcome = match (&c.error, &c.output_preview, &c.output) {
                     _ if gate.withholds(c.privacy_class) => gate.safe_summary(c),
-                    // The tool memory stands in for the raw output of an older turn.
-                    _ if memo.contains_key(c.tool_call_id.as_str()) => {
-                        let mem = memo[c.tool_call_id.as_str()];
-                        format!("[memory {}] {}", mem.memory_id, mem.text)
-                    }
+                    // Superseded, stale or remembered: the note says it (never the old value).
+                    _ if note.and_then(|n| n.replacement(c, mode)).is_some() => note
+                        .and_then(|n| n.replacement(c, mode))
+                        .unwrap_or_default(),
                     (Some(e), _, _) => format!("failed: {}", truncate_chars(e, 120)),
                     (None, Some(p), _) => truncate_chars(&one_line(last_lines(p, 2)), 160),
                     (None, None, Some(o)) => truncate_chars(&one_line(last_lines(o, 2)), 160),
@@ -1389,6 +1547,131 @@ fn render_message(
     }
     sources.dedup();
     (out, sources, t)
+}
+
+/// Arguments of a completed call longer than this are sent shortened.
+const MAX_ARGS_CHARS: usize = 600;
+const ARGS_HEAD_CHARS: usize = 240;
+
+/// What the memories say about one tool call's result.
+struct CallNote<'a> {
+    /// Its tool memory, when this viewer may see it.
+    memory: Option<&'a crate::memory::Memory>,
+    /// The memory that replaced it (same tool and arguments, later).
+    superseded_by: Option<String>,
+    /// `(stale_after, revalidate_with, volatile)` when it is past its freshness.
+    stale: Option<(String, String, bool)>,
+    /// Memories that disagree with it.
+    conflicts: Vec<String>,
+}
+
+type CallNotes<'a> = BTreeMap<&'a str, CallNote<'a>>;
+
+impl CallNote<'_> {
+    /// Freshness and conflict marks to put before a result shown as it was.
+    fn marks(&self) -> String {
+        let mut out = String::new();
+        if let Some((after, with, _)) = &self.stale {
+            out.push_str(&format!(
+                "[STALE since {after}: not current; revalidate with `{with}`]"
+            ));
+        }
+        if !self.conflicts.is_empty() {
+            out.push_str(&format!(
+                "[CONFLICTS with {}: another source disagrees; both kept]",
+                self.conflicts.join(", ")
+            ));
+        }
+        out
+    }
+
+    /// What stands in for the result instead of its bytes: nothing of a superseded result but
+    /// the fact; nothing of a stale volatile one but how to revalidate it; in older turns, its
+    /// memory (with its marks).
+    fn replacement(&self, c: &ToolPair, mode: Rendering) -> Option<String> {
+        if let Some(successor) = &self.superseded_by {
+            return Some(format!(
+                "[SUPERSEDED by {successor}: a later {} result replaced this one; not current]",
+                c.name
+            ));
+        }
+        if let Some((after, with, true)) = &self.stale {
+            return Some(format!(
+                "[STALE since {after}, volatile result of {} omitted: revalidate with `{with}`]",
+                c.name
+            ));
+        }
+        if matches!(mode, Rendering::Older | Rendering::Digest) {
+            let m = self.memory?;
+            let marks = self.marks();
+            return Some(format!(
+                "[memory {}] {}{}{}",
+                m.memory_id,
+                m.text,
+                if marks.is_empty() { "" } else { " " },
+                marks
+            ));
+        }
+        None
+    }
+}
+
+/// The notes of every tool call of the snapshot that has a tool memory this viewer may see.
+fn call_notes<'a>(snapshot: &'a Snapshot, gate: Gate) -> CallNotes<'a> {
+    use crate::memory::retrievable;
+    let as_of = snapshot
+        .as_of
+        .as_deref()
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&chrono::Utc));
+    let project = snapshot.project_id.clone().unwrap_or_default();
+    let mut notes = CallNotes::new();
+    for m in &snapshot.memories {
+        let Some(call) = m.tool_call_id.as_deref() else {
+            continue;
+        };
+        if m.kind != "tool_memory"
+            || gate.withholds(Some(m.privacy_class))
+            || !retrievable(
+                m,
+                &snapshot.tenant_id,
+                &project,
+                &snapshot.session_id,
+                &snapshot.participant_id,
+            )
+        {
+            continue;
+        }
+        let stale = as_of.as_ref().filter(|t| m.is_stale_at(t)).map(|_| {
+            (
+                m.stale_after.clone().unwrap_or_else(|| "?".into()),
+                m.revalidate_with
+                    .clone()
+                    .unwrap_or_else(|| "the source tool".into()),
+                m.freshness_class == crate::payload::FreshnessClass::Volatile,
+            )
+        });
+        let mut conflicts = m.conflicts_with.clone();
+        conflicts.extend(
+            snapshot
+                .memories
+                .iter()
+                .filter(|o| o.conflicts_with.contains(&m.memory_id))
+                .map(|o| o.memory_id.clone()),
+        );
+        conflicts.sort();
+        conflicts.dedup();
+        notes.insert(
+            call,
+            CallNote {
+                memory: m.superseded_by.is_none().then_some(m),
+                superseded_by: m.superseded_by.clone(),
+                stale,
+                conflicts,
+            },
+        );
+    }
+    notes
 }
 
 /// The content a tool result is sent with, and its tokens. `shorten` (completed turns) shows
@@ -1848,6 +2131,7 @@ const MAX_MEMORIES: usize = 24;
 fn select_memories(
     snapshot: &Snapshot,
     verbatim_calls: &BTreeSet<&str>,
+    compacted_calls: &BTreeSet<&str>,
     gate: Gate,
     tokens: &dyn TokenCounter,
 ) -> (Vec<Unit>, Vec<Omission>) {
@@ -1891,6 +2175,11 @@ fn select_memories(
             omit(&mut omitted, m, reason);
             continue;
         }
+        // A memory of this session made on a sibling branch is that branch's state.
+        if m.session_id == snapshot.session_id && !snapshot.in_lineage(&m.branch_id) {
+            omit(&mut omitted, m, OmissionReason::OtherBranch);
+            continue;
+        }
         // A tool memory of this session made from another participant's tool result keeps
         // that result's privacy here, whatever scope it has elsewhere.
         if m.kind == "tool_memory"
@@ -1918,6 +2207,13 @@ fn select_memories(
             .is_some_and(|c| verbatim_calls.contains(c))
         {
             omit(&mut omitted, m, OmissionReason::Redundant);
+            continue;
+        }
+        if m.tool_call_id
+            .as_deref()
+            .is_some_and(|c| compacted_calls.contains(c))
+        {
+            omit(&mut omitted, m, OmissionReason::Compacted);
             continue;
         }
         let stale = as_of.as_ref().is_some_and(|t| m.is_stale_at(t));

@@ -563,7 +563,29 @@ fn language_of(path: &str) -> &'static str {
 }
 
 fn extract_file_read(obs: &ToolObservation<'_>) -> Extracted {
-    let path = arg_str(obs.args, &["path", "file", "file_path", "filename"]).unwrap_or_default();
+    let path = arg_str(
+        obs.args,
+        &[
+            "path",
+            "file",
+            "file_path",
+            "filename",
+            "file_id",
+            "document_id",
+            "doc_id",
+            "id",
+            "url",
+            "uri",
+        ],
+    )
+    .unwrap_or_default();
+    // The first line is what a later turn recalls the document by (its title, a header row).
+    let first = obs
+        .output
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
     let bytes = obs.output_bytes.unwrap_or(obs.output.len() as u64);
     let hash = obs
         .output_sha256
@@ -574,12 +596,15 @@ fn extract_file_read(obs: &ToolObservation<'_>) -> Extracted {
     Extracted {
         family: "file_read",
         text: format!(
-            "read {path}: {bytes} bytes, {lines} lines, {lang}, sha256 {}",
+            "read {}: \"{}\" {bytes} bytes, {lines} lines, {lang}, sha256 {}",
+            if path.is_empty() { obs.tool } else { &path },
+            truncate_chars(first, 100),
             &hash[..12.min(hash.len())]
         ),
         data: json!({"path": path, "bytes": bytes, "lines": lines, "sha256": hash,
             "language": lang}),
-        subject: Some(format!("file:{path}")),
+        // Without a path there is nothing to compare with: no subject, so no conflicts.
+        subject: (!path.is_empty()).then(|| format!("file:{path}")),
         freshness: FreshnessClass::Session,
         ttl_secs: None,
         scope: Scope::Session,
@@ -615,8 +640,110 @@ fn extract_search(obs: &ToolObservation<'_>) -> Extracted {
     }
 }
 
+/// The top-level scalar fields of a JSON object that may be cut short (the preview of an output
+/// stored as an artifact): every `"key": scalar` pair before the text ends or stops being JSON.
+fn leading_scalars(text: &str) -> Map<String, Value> {
+    let mut out = Map::new();
+    let s = text.trim_start();
+    let Some(rest) = s.strip_prefix('{') else {
+        return out;
+    };
+    let mut de = rest;
+    loop {
+        de = de.trim_start();
+        let Some((key, after)) = json_string(de) else {
+            return out;
+        };
+        let Some(after) = after.trim_start().strip_prefix(':') else {
+            return out;
+        };
+        let after = after.trim_start();
+        let (value, after) = match after.chars().next() {
+            Some('"') => match json_string(after) {
+                Some((v, a)) => (Some(Value::String(v)), a),
+                None => return out,
+            },
+            Some('{') | Some('[') => match skip_nested(after) {
+                Some(a) => (None, a),
+                None => return out,
+            },
+            Some(_) => {
+                let end = after
+                    .find(|c: char| c == ',' || c == '}' || c.is_whitespace())
+                    .unwrap_or(after.len());
+                match serde_json::from_str::<Value>(&after[..end]) {
+                    Ok(v) if end < after.len() => (Some(v), &after[end..]),
+                    _ => return out,
+                }
+            }
+            None => return out,
+        };
+        if let Some(v) = value {
+            out.insert(key, v);
+        }
+        match after.trim_start().chars().next() {
+            Some(',') => de = &after.trim_start()[1..],
+            _ => return out,
+        }
+    }
+}
+
+/// A JSON string at the start of `s` and what follows it.
+fn json_string(s: &str) -> Option<(String, &str)> {
+    if !s.starts_with('"') {
+        return None;
+    }
+    let mut escaped = false;
+    for (i, c) in s.char_indices().skip(1) {
+        match c {
+            '\\' if !escaped => escaped = true,
+            '"' if !escaped => {
+                let parsed: String = serde_json::from_str(&s[..=i]).ok()?;
+                return Some((parsed, &s[i + 1..]));
+            }
+            _ => escaped = false,
+        }
+    }
+    None
+}
+
+/// What follows a balanced JSON object or array at the start of `s`.
+fn skip_nested(s: &str) -> Option<&str> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        if in_string {
+            match c {
+                '\\' if !escaped => escaped = true,
+                '"' if !escaped => in_string = false,
+                _ => escaped = false,
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' | '[' => depth += 1,
+            '}' | ']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(&s[i + 1..]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 fn extract_http(obs: &ToolObservation<'_>) -> Extracted {
-    let parsed: Option<Value> = serde_json::from_str(obs.output.trim()).ok();
+    let parsed: Option<Value> = serde_json::from_str(obs.output.trim())
+        .ok()
+        .or_else(|| {
+            // A response cut to its preview still names its entity and leading fields.
+            let partial = leading_scalars(obs.output);
+            (!partial.is_empty()).then_some(Value::Object(partial))
+        });
     let mut ids: Vec<String> = Vec::new();
     let mut fields = Map::new();
     if let Some(Value::Object(o)) = &parsed {
@@ -636,9 +763,18 @@ fn extract_http(obs: &ToolObservation<'_>) -> Extracted {
             }
         }
     }
+    // What the call asked about names the entity best (two systems' responses about one deal
+    // carry different id fields, the same deal id in the arguments).
+    let asked: Option<String> = obs.args.as_object().and_then(|o| {
+        o.iter()
+            .find(|(k, v)| (k.as_str() == "id" || k.ends_with("_id")) && (v.is_string() || v.is_number()))
+            .map(|(_, v)| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+    });
     let entity = ids.first().cloned();
-    let endpoint = arg_str(obs.args, &["url", "endpoint", "path", "resource"])
-        .unwrap_or_else(|| obs.tool.to_owned());
+    let subject = asked
+        .clone()
+        .or_else(|| entity.as_ref().and_then(|e| e.split_once('=').map(|(_, v)| v.to_owned())));
+    let endpoint = arg_str(obs.args, &["url", "endpoint", "path", "resource"]).unwrap_or_default();
     let shown: Vec<String> = fields
         .iter()
         .filter(|(k, _)| !ids.iter().any(|i| i.starts_with(&format!("{k}="))))
@@ -651,9 +787,13 @@ fn extract_http(obs: &ToolObservation<'_>) -> Extracted {
         })
         .collect();
     let text = format!(
-        "{} {}{}: {}",
+        "{}{}{}: {}",
         obs.tool,
-        truncate_chars(&endpoint, 60),
+        if endpoint.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", truncate_chars(&endpoint, 60))
+        },
         entity
             .as_deref()
             .map(|e| format!(" [{e}]"))
@@ -668,7 +808,7 @@ fn extract_http(obs: &ToolObservation<'_>) -> Extracted {
         family: "http",
         text,
         data: json!({"entity_ids": ids, "fields": fields}),
-        subject: entity.map(|e| format!("entity:{e}")),
+        subject: subject.map(|e| format!("entity:{e}")),
         freshness: FreshnessClass::TimeBounded,
         ttl_secs: Some(3600),
         scope: Scope::Project,
@@ -756,7 +896,44 @@ struct Indexed {
     provenance_key: String,
     value_digest: String,
     subject: String,
+    /// Scalar fields of a structured observation (an API response), compared field by field.
+    fields: BTreeMap<String, String>,
     superseded: bool,
+}
+
+/// Scalar fields of a memory's structured payload, without identifiers and timestamps (which
+/// differ between sources without the facts disagreeing).
+fn comparable_fields(data: &Value) -> BTreeMap<String, String> {
+    data.get("fields")
+        .and_then(Value::as_object)
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| {
+                    !(k.as_str() == "id"
+                        || k.ends_with("_id")
+                        || k.ends_with("_at")
+                        || k.contains("time")
+                        || k.contains("date"))
+                })
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether two observations of one subject disagree: for structured ones, a field both have
+/// with different values (two responses about one deal that share no field do not disagree);
+/// otherwise different values.
+fn disagree(a: &Indexed, b: &Indexed) -> bool {
+    if a.value_digest == b.value_digest {
+        return false;
+    }
+    if a.fields.is_empty() && b.fields.is_empty() {
+        return true;
+    }
+    a.fields
+        .iter()
+        .any(|(k, v)| b.fields.get(k).is_some_and(|w| w != v))
 }
 
 /// The memory extractor's state machine. Feed it every event of the log in order with
@@ -1053,6 +1230,7 @@ impl MemoryEngine {
                 provenance_key: m.provenance_key.clone(),
                 value_digest: m.value_digest.clone(),
                 subject: m.subject.clone(),
+                fields: comparable_fields(&m.data),
                 superseded: false,
             });
     }
@@ -1064,14 +1242,26 @@ impl MemoryEngine {
         }
         let key = (m.tenant_id.clone(), m.project_id.clone());
         let mut superseded = Vec::new();
+        let this = Indexed {
+            memory_id: m.memory_id.clone(),
+            provenance_key: m.provenance_key.clone(),
+            value_digest: m.value_digest.clone(),
+            subject: m.subject.clone(),
+            fields: comparable_fields(&m.data),
+            superseded: false,
+        };
         if let Some(list) = self.index.get_mut(&key) {
             for i in list.iter_mut().filter(|i| !i.superseded) {
                 if i.provenance_key == m.provenance_key {
                     // Same tool, same arguments, observed later: the newer observation wins.
                     i.superseded = true;
                     superseded.push(i.memory_id.clone());
-                } else if i.subject == m.subject && i.value_digest != m.value_digest {
-                    // Same subject, another source, another value: keep both, linked.
+                } else if i.subject == m.subject
+                    && !m.subject.starts_with("write:")
+                    && disagree(i, &this)
+                {
+                    // Same subject, another source, another value: keep both, linked. (Two
+                    // writes of one file are successive versions, not a disagreement.)
                     m.conflicts_with.push(i.memory_id.clone());
                 }
             }
@@ -1716,5 +1906,26 @@ mod tests {
         ))[0]
             .clone();
         assert!(other.supersedes.is_empty() && other.conflicts_with.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod leading_scalars_tests {
+    use super::leading_scalars;
+    use serde_json::json;
+
+    #[test]
+    fn reads_the_scalars_of_a_cut_object_and_stops_where_it_stops() {
+        let cut = r#"{"deal_id":"D-1","name":"Globex \"FY27\"","amount":134975,"ok":true,
+            "items":[{"a":1},{"b":[2,3]}],"currency":"USD","history":[{"x":"#;
+        let m = leading_scalars(cut);
+        assert_eq!(m["deal_id"], json!("D-1"));
+        assert_eq!(m["name"], json!("Globex \"FY27\""));
+        assert_eq!(m["amount"], json!(134975));
+        assert_eq!(m["ok"], json!(true));
+        assert_eq!(m["currency"], json!("USD"));
+        assert!(!m.contains_key("items") && !m.contains_key("history"));
+        assert!(leading_scalars("not json").is_empty());
+        assert_eq!(leading_scalars(r#"{"a": 12"#).len(), 0, "a cut number is not a value");
     }
 }

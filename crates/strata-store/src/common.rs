@@ -201,7 +201,7 @@ impl<'q, DB: Database> Statement<'q, DB> {
 /// The columns [`tool_pair`] reads, in its order.
 const TOOL_CALL_COLUMNS: &str = "tool_call_id, name, args, call_tokens, request_event_id, \
      request_seq, status, result_event_id, output, output_ref, output_preview, output_bytes, \
-     output_tokens, preview_tokens, error, retryable, privacy_class, message_id";
+     output_tokens, preview_tokens, error, retryable, privacy_class, message_id, participant_id";
 
 /// A `tool_calls` row (selected as [`TOOL_CALL_COLUMNS`]) as a [`ToolPair`] and the id of the
 /// message that asked for it.
@@ -232,6 +232,7 @@ where
         error: r.get(14),
         retryable: r.get(15),
         privacy_class: parse_privacy(r.get(16)),
+        participant_id: r.get(18),
     };
     (pair, r.get(17))
 }
@@ -466,7 +467,7 @@ where
                         seq: pair.request_seq,
                         event_id: pair.request_event_id.clone(),
                         role: "assistant".into(),
-                        participant_id: String::new(),
+                        participant_id: pair.participant_id.clone(),
                         text: String::new(),
                         tokens: 0,
                         tool_calls: vec![pair],
@@ -572,5 +573,6 @@ where
         as_of,
         other_branch_messages: other_branch_messages as u64,
         other_branch_tokens: other_branch_tokens as u64,
+        lineage_branches: lineage.iter().map(|(b, _)| b.clone()).collect(),
     }))
 }
