@@ -104,7 +104,7 @@ pub struct ContextRequest {
 
 /// The assembly policy settings of a deployment, as flags and environment (shared by the
 /// `strata-assembler` binary and `strata`).
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct PolicyOpts {
     /// Per tenant, the providers allowed to receive `confidential` raw payloads:
     /// `tenant=provider[,provider][;tenant=...]`. `restricted` payloads never go to any provider.
@@ -113,6 +113,15 @@ pub struct PolicyOpts {
     /// Most raw artifact bytes rehydrated into one context.
     #[arg(long, global = true, env = "STRATA_REHYDRATE_MAX_BYTES", default_value_t = strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES)]
     pub rehydrate_max_bytes: u64,
+}
+
+impl Default for PolicyOpts {
+    fn default() -> Self {
+        Self {
+            confidential_providers: BTreeMap::new(),
+            rehydrate_max_bytes: strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES,
+        }
+    }
 }
 
 impl PolicyOpts {

@@ -83,6 +83,8 @@ const PREVIEW_TAIL_CHARS: usize = 700;
 const PREVIEW_SALIENT_LINES: usize = 8;
 /// Inline outputs of completed turns longer than this are shown by their salient lines.
 const COMPACT_INLINE_MAX_CHARS: usize = 1500;
+/// Results of completed turns longer than this are sent as their tool memory when one exists.
+const MEMORY_FIRST_MIN_CHARS: usize = 400;
 const COMPACT_MAX_CHARS: usize = 600;
 const DIGEST_TEXT_CHARS: usize = 160;
 
@@ -525,7 +527,9 @@ pub fn rehydration_plan(
                     let args = c.args.to_lowercase();
                     let score: usize = names
                         .iter()
-                        .map(|w| 2 * usize::from(segments.contains(w)) + usize::from(args.contains(*w)))
+                        .map(|w| {
+                            2 * usize::from(segments.contains(w)) + usize::from(args.contains(*w))
+                        })
                         .sum();
                     (score, *c)
                 })
@@ -946,8 +950,7 @@ pub fn assemble_with_policy(
     for (i, m) in current_turn.iter().enumerate() {
         let is_request = i == 0 && m.role == "user";
         let has_open = m.tool_calls.iter().any(|c| c.status.is_open());
-        let (messages, sources, t) =
-            render_message(m, Rendering::Current, &notes, gate, tokens);
+        let (messages, sources, t) = render_message(m, Rendering::Current, &notes, gate, tokens);
         for c in m.tool_calls.iter().filter(|c| c.status.is_open()) {
             pending_sources.push(c.request_event_id.clone());
         }
@@ -994,14 +997,15 @@ pub fn assemble_with_policy(
 
     // P0: pending tool calls, as a state note (an unanswered call cannot be sent to a provider
     // as a message without its result).
-    let mut pending: Vec<&ToolPair> = visible
-        .iter()
-        .flat_map(|m| m.tool_calls.iter())
-        .chain(snapshot.loose_tool_calls.iter().filter(|c| {
-            c.participant_id.is_empty() || c.participant_id == snapshot.participant_id
-        }))
-        .filter(|c| c.status.is_open())
-        .collect();
+    let mut pending: Vec<&ToolPair> =
+        visible
+            .iter()
+            .flat_map(|m| m.tool_calls.iter())
+            .chain(snapshot.loose_tool_calls.iter().filter(|c| {
+                c.participant_id.is_empty() || c.participant_id == snapshot.participant_id
+            }))
+            .filter(|c| c.status.is_open())
+            .collect();
     pending.sort_by_key(|c| c.request_seq);
     pending.dedup_by(|a, b| a.tool_call_id == b.tool_call_id);
     if !pending.is_empty() {
@@ -1140,13 +1144,8 @@ pub fn assemble_with_policy(
         .chain(completed.iter().flat_map(|t| t.iter()))
         .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str()))
         .collect();
-    let (memory_units, memory_omissions) = select_memories(
-        snapshot,
-        &window_calls,
-        &compacted_calls,
-        gate,
-        tokens,
-    );
+    let (memory_units, memory_omissions) =
+        select_memories(snapshot, &window_calls, &compacted_calls, gate, tokens);
     omitted_items.extend(memory_omissions);
 
     // Raw rehydration: only what the plan admitted (selection, privacy, provider, byte budget)
@@ -1438,24 +1437,23 @@ fn render_message(
                 for c in &answered {
                     // Completed turns need what was asked, not every byte of a long argument
                     // (a spreadsheet's rows, a report's body): the event has them all.
-                    let arguments = if mode != Rendering::Current
-                        && c.args.chars().count() > MAX_ARGS_CHARS
-                    {
-                        let short = serde_json::json!({
-                            "_shortened": format!(
-                                "{} characters of arguments; all of them in event {}",
-                                c.args.chars().count(),
-                                c.request_event_id
-                            ),
-                            "head": truncate_chars(&c.args, ARGS_HEAD_CHARS),
-                        })
-                        .to_string();
-                        t += tokens.count(&short);
-                        short
-                    } else {
-                        t += c.call_tokens;
-                        c.args.clone()
-                    };
+                    let arguments =
+                        if mode != Rendering::Current && c.args.chars().count() > MAX_ARGS_CHARS {
+                            let short = serde_json::json!({
+                                "_shortened": format!(
+                                    "{} characters of arguments; all of them in event {}",
+                                    c.args.chars().count(),
+                                    c.request_event_id
+                                ),
+                                "head": truncate_chars(&c.args, ARGS_HEAD_CHARS),
+                            })
+                            .to_string();
+                            t += tokens.count(&short);
+                            short
+                        } else {
+                            t += c.call_tokens;
+                            c.args.clone()
+                        };
                     calls.push(BundleToolCall {
                         id: c.tool_call_id.clone(),
                         name: c.name.clone(),
@@ -1550,8 +1548,8 @@ fn render_message(
 }
 
 /// Arguments of a completed call longer than this are sent shortened.
-const MAX_ARGS_CHARS: usize = 600;
-const ARGS_HEAD_CHARS: usize = 240;
+const MAX_ARGS_CHARS: usize = 400;
+const ARGS_HEAD_CHARS: usize = 160;
 
 /// What the memories say about one tool call's result.
 struct CallNote<'a> {
@@ -1591,8 +1589,7 @@ impl CallNote<'_> {
     fn replacement(&self, c: &ToolPair, mode: Rendering) -> Option<String> {
         if let Some(successor) = &self.superseded_by {
             return Some(format!(
-                "[SUPERSEDED by {successor}: a later {} result replaced this one; not current]",
-                c.name
+                "[SUPERSEDED by {successor}: a later result replaced this one]"
             ));
         }
         if let Some((after, with, true)) = &self.stale {
@@ -1601,7 +1598,14 @@ impl CallNote<'_> {
                 c.name
             ));
         }
-        if matches!(mode, Rendering::Older | Rendering::Digest) {
+        // Completed turns: a long result goes as its memory (the raw output stays on the log).
+        let long = c.output_bytes.unwrap_or(0) as usize > MEMORY_FIRST_MIN_CHARS
+            || c.output
+                .as_ref()
+                .is_some_and(|o| o.len() > MEMORY_FIRST_MIN_CHARS);
+        if matches!(mode, Rendering::Older | Rendering::Digest)
+            || (mode == Rendering::Recent && long)
+        {
             let m = self.memory?;
             let marks = self.marks();
             return Some(format!(
@@ -1877,7 +1881,30 @@ fn render_recovery(s: &AgentState) -> (String, Vec<String>) {
     }
     let mut text = String::from("## Unresolved errors (kept until resolved)\n");
     let mut sources = Vec::new();
+    // The newest errors of each tool are the actionable ones; earlier failures of the same tool
+    // are counted, with their events among the sources.
+    let mut per_tool: BTreeMap<&str, usize> = BTreeMap::new();
     for e in &s.errors {
+        *per_tool.entry(e.tool.as_str()).or_default() += 1;
+    }
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &s.errors {
+        let n = seen.entry(e.tool.as_str()).or_default();
+        *n += 1;
+        let total = per_tool[e.tool.as_str()];
+        if total > RECOVERY_ERRORS_PER_TOOL && *n <= total - RECOVERY_ERRORS_PER_TOOL {
+            sources.push(e.source_event_id.clone());
+            if *n == total - RECOVERY_ERRORS_PER_TOOL {
+                text.push_str(&format!(
+                    "- {} earlier unresolved {} error{} (calls up to {})\n",
+                    n,
+                    e.tool,
+                    if *n == 1 { "" } else { "s" },
+                    e.tool_call_id
+                ));
+            }
+            continue;
+        }
         text.push_str(&format!(
             "- {} ({}{}): {}\n",
             e.tool,
@@ -1895,6 +1922,9 @@ fn render_recovery(s: &AgentState) -> (String, Vec<String>) {
     sources.dedup();
     (text, sources)
 }
+
+/// Newest unresolved errors of one tool shown one by one.
+const RECOVERY_ERRORS_PER_TOOL: usize = 3;
 
 /// A child subagent as the parent sees it: while it runs, only that it runs (its work is
 /// private to it, counted as `not_promoted`); once it finished or was promoted, its report,
@@ -2209,6 +2239,17 @@ fn select_memories(
             omit(&mut omitted, m, OmissionReason::Redundant);
             continue;
         }
+        if m.kind == "file_change"
+            && m.session_id == snapshot.session_id
+            && m.data
+                .get("path")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|p| snapshot.state.files_modified.iter().any(|f| f.text == p))
+        {
+            // The task state lists the file already.
+            omit(&mut omitted, m, OmissionReason::Redundant);
+            continue;
+        }
         if m.tool_call_id
             .as_deref()
             .is_some_and(|c| compacted_calls.contains(c))
@@ -2227,15 +2268,14 @@ fn select_memories(
         }
         offered += 1;
         let mut text = format!(
-            "[memory {}] ({} {}, {}, confidence {:.2} from {}, observed {}) {}",
+            "[memory {}] {} ({} {}, confidence {:.2} from {}, observed {})",
             m.memory_id,
+            m.text,
             m.scope.as_str(),
-            m.kind,
             m.family,
             m.confidence,
             m.confidence_basis,
             m.observed_at,
-            m.text
         );
         let mut reason = match m.scope {
             Scope::Session => "session memory".to_owned(),

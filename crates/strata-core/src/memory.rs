@@ -292,7 +292,23 @@ pub fn classify(obs: &ToolObservation<'_>) -> ToolFamily {
     let name = obs.tool.to_ascii_lowercase();
     let command = arg_str(obs.args, &["command", "cmd", "script"]).unwrap_or_default();
     let cmd = command.to_ascii_lowercase();
-    let has = |words: &[&str]| words.iter().any(|w| name.contains(w));
+    // Words match whole name segments (a segment may extend a word of four letters or more:
+    // `tests`, `execute`), so that `get_thread` is not a file read nor `list_charges` a grep.
+    let segments: Vec<&str> = name
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let has = |words: &[&str]| {
+        words.iter().any(|w| {
+            if w.contains('_') {
+                name.contains(w)
+            } else if w.len() <= 3 {
+                segments.contains(w)
+            } else {
+                segments.iter().any(|s| s.starts_with(w))
+            }
+        })
+    };
     let out = obs.output;
     if has(&["test", "pytest", "jest", "vitest"])
         || [
@@ -737,13 +753,11 @@ fn skip_nested(s: &str) -> Option<&str> {
 }
 
 fn extract_http(obs: &ToolObservation<'_>) -> Extracted {
-    let parsed: Option<Value> = serde_json::from_str(obs.output.trim())
-        .ok()
-        .or_else(|| {
-            // A response cut to its preview still names its entity and leading fields.
-            let partial = leading_scalars(obs.output);
-            (!partial.is_empty()).then_some(Value::Object(partial))
-        });
+    let parsed: Option<Value> = serde_json::from_str(obs.output.trim()).ok().or_else(|| {
+        // A response cut to its preview still names its entity and leading fields.
+        let partial = leading_scalars(obs.output);
+        (!partial.is_empty()).then_some(Value::Object(partial))
+    });
     let mut ids: Vec<String> = Vec::new();
     let mut fields = Map::new();
     if let Some(Value::Object(o)) = &parsed {
@@ -767,13 +781,17 @@ fn extract_http(obs: &ToolObservation<'_>) -> Extracted {
     // carry different id fields, the same deal id in the arguments).
     let asked: Option<String> = obs.args.as_object().and_then(|o| {
         o.iter()
-            .find(|(k, v)| (k.as_str() == "id" || k.ends_with("_id")) && (v.is_string() || v.is_number()))
+            .find(|(k, v)| {
+                (k.as_str() == "id" || k.ends_with("_id")) && (v.is_string() || v.is_number())
+            })
             .map(|(_, v)| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
     });
     let entity = ids.first().cloned();
-    let subject = asked
-        .clone()
-        .or_else(|| entity.as_ref().and_then(|e| e.split_once('=').map(|(_, v)| v.to_owned())));
+    let subject = asked.clone().or_else(|| {
+        entity
+            .as_ref()
+            .and_then(|e| e.split_once('=').map(|(_, v)| v.to_owned()))
+    });
     let endpoint = arg_str(obs.args, &["url", "endpoint", "path", "resource"]).unwrap_or_default();
     let shown: Vec<String> = fields
         .iter()
@@ -1926,6 +1944,10 @@ mod leading_scalars_tests {
         assert_eq!(m["currency"], json!("USD"));
         assert!(!m.contains_key("items") && !m.contains_key("history"));
         assert!(leading_scalars("not json").is_empty());
-        assert_eq!(leading_scalars(r#"{"a": 12"#).len(), 0, "a cut number is not a value");
+        assert_eq!(
+            leading_scalars(r#"{"a": 12"#).len(),
+            0,
+            "a cut number is not a value"
+        );
     }
 }

@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use strata_assembler::{Assembler, AssemblerOptions, ContextRequest, PolicyOpts};
 use strata_assembler::Rendered as Assembled;
+use strata_assembler::{Assembler, AssemblerOptions, ContextRequest, PolicyOpts};
 use strata_core::assembly::{OmissionReason, Provider};
 use strata_core::tokens::{O200k, TokenCounter};
 use strata_core::Event;
