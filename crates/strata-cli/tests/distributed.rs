@@ -57,52 +57,70 @@ fn strata(data_dir: &Path, backends: &[(&str, String)], args: &[&str]) -> Output
 /// A `strata-projector` process on the given backends, stopped with SIGTERM when dropped. (Only
 /// the projector: the embedded run projects and runs no memory extractor either, so the two
 /// contexts compare like with like.)
-struct Services(std::process::Child);
+/// The projector and the memory extractor, as the distributed stack runs them.
+struct Services(Vec<std::process::Child>);
 
 impl Services {
     fn start(data_dir: &Path, backends: &[(&str, String)]) -> Services {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("free port")
-            .local_addr()
-            .expect("address")
-            .port();
-        // Built next to `strata` by `cargo test --workspace` (scripts/test.sh).
-        let binary = Path::new(env!("CARGO_BIN_EXE_strata")).with_file_name("strata-projector");
-        assert!(
-            binary.exists(),
-            "{} is missing: run the workspace's tests (cargo test --workspace) so it is built",
-            binary.display()
-        );
-        let mut cmd = Command::new(binary);
-        cmd.env("STRATA_DATA_DIR", data_dir);
-        for (k, v) in backends {
-            cmd.env(k, v);
+        let mut children = Vec::new();
+        for (service, group_var) in [
+            ("strata-projector", None),
+            // Its own group name: the CI broker is shared by every run.
+            ("strata-memory", Some("STRATA_MEMORY_GROUP")),
+        ] {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .expect("free port")
+                .local_addr()
+                .expect("address")
+                .port();
+            // Built next to `strata` by `cargo test --workspace` (scripts/test.sh).
+            let binary = Path::new(env!("CARGO_BIN_EXE_strata")).with_file_name(service);
+            assert!(
+                binary.exists(),
+                "{} is missing: run the workspace's tests (cargo test --workspace) so it is built",
+                binary.display()
+            );
+            let mut cmd = Command::new(binary);
+            cmd.env("STRATA_DATA_DIR", data_dir);
+            for (k, v) in backends {
+                cmd.env(k, v);
+            }
+            if let Some(var) = group_var {
+                cmd.env(var, unique("memory"));
+            }
+            children.push(
+                cmd.env("STRATA_ADMIN_LISTEN", format!("127.0.0.1:{port}"))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("run {service}: {e}")),
+            );
         }
-        let child = cmd
-            .env("STRATA_ADMIN_LISTEN", format!("127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("run strata-projector");
-        Services(child)
+        Services(children)
     }
 }
 
 impl Drop for Services {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        for child in &mut self.0 {
+            stop(child);
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
+}
+
+fn stop(child: &mut std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 fn unique(prefix: &str) -> String {
@@ -209,7 +227,7 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
         ("STRATA_HOT", redis.clone()),
         ("STRATA_BLOB", format!("{s3}/{}", unique("e2e"))),
     ];
-    let mut contexts = Vec::new();
+    let mut contexts: Vec<Value> = Vec::new();
     for (data_dir, backends) in [(&embedded, vec![]), (&distributed, remote)] {
         // On the shared log, the verbs wait for a projector service rather than project: run
         // one.
@@ -220,12 +238,24 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
             String::from_utf8_lossy(&again.stdout).contains("imported 0 event(s)"),
             "import is idempotent on every backend"
         );
-        let out = strata(
-            data_dir,
-            &backends,
-            &["context", "s1", "--tenant", &tenant, "--json"],
-        );
-        let v: Value = serde_json::from_slice(&out.stdout).expect("context --json is JSON");
+        // The memory extractor service derives asynchronously: ask until its memories are
+        // projected (the embedded verbs derive them before answering), bounded.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let v = loop {
+            let out = strata(
+                data_dir,
+                &backends,
+                &["context", "s1", "--tenant", &tenant, "--json"],
+            );
+            let v: Value = serde_json::from_slice(&out.stdout).expect("context --json is JSON");
+            if contexts.is_empty()
+                || v["payload"] == contexts[0]["payload"]
+                || std::time::Instant::now() > deadline
+            {
+                break v;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        };
         contexts.push(v);
         drop(services);
     }

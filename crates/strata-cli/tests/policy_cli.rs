@@ -102,7 +102,14 @@ fn withheld_bytes_never_leave_and_explanations_answer_from_compact_and_traced_re
     assert!(stdout.contains("withheld by privacy policy: restricted output of ehr.export"));
     let ctx: Value = serde_json::from_str(&stdout).unwrap();
     let a = &ctx["assembly"];
-    assert_eq!(a["omitted"]["privacy_provider"], 2, "{a}");
+    // Both raw outputs are withheld (and the memories made from them).
+    let withheld_outputs = a["omitted_items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "raw_tool_output" && o["reason"] == "privacy_provider")
+        .count();
+    assert_eq!(withheld_outputs, 2, "{a}");
     let refusal = &a["rehydrations"][0];
     assert_eq!(refusal["tool_call_id"], "ehr");
     assert_eq!(refusal["rehydrated"], false);

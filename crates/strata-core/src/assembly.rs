@@ -1608,8 +1608,18 @@ impl CallNote<'_> {
         {
             let m = self.memory?;
             let marks = self.marks();
+            // A digest line names the artifact itself; elsewhere the memory carries the handle.
+            // (The call id is the handle to rehydrate it by; the hash prefix says which bytes.)
+            let handle = match (&c.output_ref, mode) {
+                (Some(r), Rendering::Recent | Rendering::Older) => format!(
+                    " [full output: {} of {}]",
+                    truncate_chars(r, "artifact:sha256:".len() + 12),
+                    c.tool_call_id
+                ),
+                _ => String::new(),
+            };
             return Some(format!(
-                "[memory {}] {}{}{}",
+                "[memory {}] {}{}{}{handle}",
                 m.memory_id,
                 m.text,
                 if marks.is_empty() { "" } else { " " },

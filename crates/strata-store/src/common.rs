@@ -533,8 +533,13 @@ where
     // The snapshot's clock: the timestamp of the session's newest event (highest seq), one
     // primary-key lookup rather than a scan of the session for the largest timestamp.
     let Statement { sql, args } = {
+        // The snapshot's clock is the agent's newest event, not a service's: recording an
+        // assembly (stamped when it was made) must not age the memories of the next one.
         let mut q = Statement::for_session("SELECT timestamp FROM events", stored, tenant, session);
-        q.push(" ORDER BY seq DESC LIMIT 1");
+        q.push(
+            " AND event_type NOT IN ('ContextBuilt', 'MemoryRecorded', 'MemorySuperseded', \
+             'CompactionCompleted') ORDER BY seq DESC LIMIT 1",
+        );
         q
     };
     let as_of: Option<String> = sqlx::query_with(&sql, args)
