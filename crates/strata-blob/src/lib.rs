@@ -55,6 +55,10 @@ pub enum Error {
     /// `memory://`); `message` is the backend's error with any configured credentials removed.
     #[error("blob store {store}: {message}")]
     Store { store: String, message: String },
+    /// The store has no space left for a write (`ENOSPC` on a local directory). Nothing was
+    /// stored; the write succeeds once space is freed.
+    #[error("blob store {store} has no space left: {message}")]
+    NoSpace { store: String, message: String },
     /// The URL names a backend this build does not have, or is malformed.
     #[error("unsupported blob url {url:?}: {reason}")]
     UnsupportedUrl { url: String, reason: String },
@@ -206,9 +210,12 @@ impl BlobStore {
     }
 
     fn error(&self, op: &str, e: object_store::Error) -> Error {
-        Error::Store {
-            store: self.name.clone(),
-            message: scrub(&format!("{op} failed: {e}"), &self.secrets),
+        let store = self.name.clone();
+        let message = scrub(&format!("{op} failed: {e}"), &self.secrets);
+        if is_no_space(&e) {
+            Error::NoSpace { store, message }
+        } else {
+            Error::Store { store, message }
         }
     }
 
@@ -304,6 +311,31 @@ impl BlobStore {
     }
 }
 
+impl Error {
+    /// Whether the store refused a write for lack of space (see [`Error::NoSpace`]).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, Error::NoSpace { .. })
+    }
+}
+
+/// Whether an object-store error comes from a full disk: `object_store` wraps the I/O error of
+/// its local backend in its own errors, so the cause chain is searched for it.
+fn is_no_space(e: &object_store::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            // ENOSPC, and EDQUOT (a user or project quota), which the caller handles the same.
+            if io.kind() == std::io::ErrorKind::StorageFull
+                || io.kind() == std::io::ErrorKind::QuotaExceeded
+            {
+                return true;
+            }
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// `message` with every secret replaced.
 fn scrub(message: &str, secrets: &[String]) -> String {
     secrets.iter().fold(message.to_owned(), |m, secret| {
@@ -345,6 +377,24 @@ mod tests {
             store.get_artifact("acme", "../../etc").await,
             Err(Error::InvalidId(_))
         ));
+    }
+
+    #[test]
+    fn a_full_disk_is_told_apart_from_other_failures() {
+        let store = BlobStore::open("memory://").unwrap();
+        // How object_store's local backend reports ENOSPC: its own error around the io error.
+        let full = object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: Box::new(std::io::Error::from(std::io::ErrorKind::StorageFull)),
+        };
+        let err = store.error("put", full);
+        assert!(err.is_no_space(), "{err:?}");
+        assert!(err.to_string().contains("has no space left"), "{err}");
+        let other = object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: Box::new(std::io::Error::from(std::io::ErrorKind::PermissionDenied)),
+        };
+        assert!(!store.error("put", other).is_no_space());
     }
 
     #[test]

@@ -107,6 +107,12 @@ pub trait HotState: Debug + Send + Sync + 'static {
         new: u64,
     ) -> Result<bool>;
 
+    /// Removes the log head if it is `expected` now; returns whether it was removed. Ingest
+    /// calls it after an append whose outcome it cannot know (a broker that timed out may still
+    /// have written some records): the next writer then recovers the head from the projections
+    /// and the log instead of trusting a value that may hand out a seq twice.
+    async fn forget_log_head(&self, tenant: &str, session: &str, expected: u64) -> Result<bool>;
+
     /// The seq an accepted event got, if this cache knows the event id (`None`: unknown here, or
     /// expired; callers fall back to the projections).
     async fn accepted_seq(&self, tenant: &str, event_id: &str) -> Result<Option<u64>>;
@@ -225,6 +231,16 @@ impl HotState for MemoryHotState {
             return Ok(false);
         }
         heads.insert(k, new);
+        Ok(true)
+    }
+
+    async fn forget_log_head(&self, tenant: &str, session: &str, expected: u64) -> Result<bool> {
+        let mut heads = self.heads.write().await;
+        let k = key(tenant, session);
+        if heads.get(&k) != Some(&expected) {
+            return Ok(false);
+        }
+        heads.remove(&k);
         Ok(true)
     }
 

@@ -29,6 +29,15 @@ redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
 return 1
 "#;
 
+/// Deletes the head only when it holds `ARGV[1]`, in one atomic step.
+const FORGET_HEAD: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"#;
+
 /// Lifetimes of the Redis keys. Both must be at least one second (Redis expires in seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedisOptions {
@@ -86,6 +95,7 @@ impl RedisOptions {
 pub struct RedisHotState {
     conn: ConnectionManager,
     compare_and_set: Script,
+    forget_head: Script,
     options: RedisOptions,
     /// The URL with its password redacted, for `Debug` and errors.
     endpoint: String,
@@ -139,6 +149,7 @@ impl RedisHotState {
         Ok(Self {
             conn,
             compare_and_set: Script::new(COMPARE_AND_SET_HEAD),
+            forget_head: Script::new(FORGET_HEAD),
             options,
             endpoint,
         })
@@ -243,6 +254,17 @@ impl HotState for RedisHotState {
             .await
             .map_err(|e| failed("compare_and_set_log_head", e))?;
         Ok(set == 1)
+    }
+
+    async fn forget_log_head(&self, tenant: &str, session: &str, expected: u64) -> Result<bool> {
+        let removed: i64 = self
+            .forget_head
+            .key(Self::head_key(tenant, session))
+            .arg(expected)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| failed("forget_log_head", e))?;
+        Ok(removed == 1)
     }
 
     async fn accepted_seq(&self, tenant: &str, event_id: &str) -> Result<Option<u64>> {

@@ -205,6 +205,14 @@ async fn compare_and_set_semantics(f: &Fixture) {
         .await
         .unwrap());
     assert_eq!(h.log_head(&t, "s").await.unwrap(), Some(u64::MAX));
+    // Forgetting needs the current value (ingest forgets a head after an append of unknown
+    // outcome), and leaves the head absent.
+    assert!(!h.forget_log_head(&t, "s", 7).await.unwrap());
+    assert_eq!(h.log_head(&t, "s").await.unwrap(), Some(u64::MAX));
+    assert!(h.forget_log_head(&t, "s", u64::MAX).await.unwrap());
+    assert_eq!(h.log_head(&t, "s").await.unwrap(), None);
+    assert!(!h.forget_log_head(&t, "s", u64::MAX).await.unwrap());
+    assert!(h.compare_and_set_log_head(&t, "s", None, 3).await.unwrap());
     // Other sessions are untouched.
     assert_eq!(h.log_head(&t, "s2").await.unwrap(), None);
 }

@@ -3,7 +3,9 @@
 //! Body: `{"events": [EVENT, ...]}` or a bare JSON array. Answers `200` with one outcome per
 //! event (`accepted` or `duplicate`), `400` with every field error (event index, event id, field,
 //! message), `401` without a valid key, `403` for another tenant's event, `409` when
-//! `expected_seq` or `seq` does not match the session head.
+//! `expected_seq` or `seq` does not match the session head, `503` while a backend is unavailable
+//! and `507` when the blob store has no space left for a large tool output. Nothing of a refused
+//! batch is acknowledged: re-sending it later is safe.
 
 use std::sync::Arc;
 
@@ -95,6 +97,38 @@ pub fn to_api_error(e: IngestError) -> ApiError {
         }
         IngestError::Unavailable(why) => {
             ApiError::unavailable(format!("{why}; nothing of this batch was accepted"))
+        }
+        IngestError::Artifact {
+            index,
+            event_id,
+            bytes,
+            source,
+        } if source.is_no_space() => {
+            // Logged in full (it names the store); the client learns which event and why.
+            tracing::error!(index, event_id = %event_id, bytes, error = %source,
+                "blob store full; batch refused");
+            ApiError::new(
+                axum::http::StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                format!(
+                    "event {index} ({event_id}): no space left on the blob store for its tool \
+                     output ({bytes} bytes); nothing of this batch was accepted; retry once space \
+                     is freed"
+                ),
+            )
+        }
+        IngestError::Artifact {
+            index,
+            event_id,
+            bytes,
+            source,
+        } => {
+            tracing::error!(index, event_id = %event_id, bytes, error = %source,
+                "blob store failed; batch refused");
+            ApiError::unavailable(format!(
+                "event {index} ({event_id}): the blob store is unavailable for its tool output \
+                 ({bytes} bytes); nothing of this batch was accepted"
+            ))
         }
     }
 }

@@ -89,6 +89,20 @@ pub enum IngestError {
     /// Retrying later succeeds.
     #[error("{0}")]
     Unavailable(String),
+    /// A tool output over the artifact threshold could not be stored in the blob store (full,
+    /// or unreachable); nothing of the batch was acknowledged. [`strata_blob::Error::is_no_space`]
+    /// tells a full store apart.
+    #[error(
+        "event {index} ({event_id}): its tool output ({bytes} bytes) could not be stored as an \
+         artifact: {source}"
+    )]
+    Artifact {
+        index: usize,
+        event_id: String,
+        bytes: usize,
+        #[source]
+        source: strata_blob::Error,
+    },
 }
 
 /// What happened to one event of an accepted batch.
@@ -474,8 +488,10 @@ impl Ingestor {
         }
 
         // Large outputs become artifacts before the events that refer to them are appended.
+        // Nothing is reserved yet: a refusal here leaves no trace but orphan artifacts, which
+        // are content-addressed and reused when the batch is sent again.
         for (slot, event) in &mut fresh {
-            if let Some(uri) = self.offload_output(event).await.map_err(|e| backend(&e))? {
+            if let Some(uri) = self.offload_output(*slot, event).await? {
                 outcomes[*slot].output_ref = Some(uri);
             }
         }
@@ -531,7 +547,10 @@ impl Ingestor {
         let positions = match b.log.append(records).await {
             Ok(p) => p,
             Err(e) => {
-                self.release(&reserved, &heads).await;
+                // Some records may be on the log all the same (a broker that timed out after
+                // writing them): giving the seqs back could hand them out twice. The heads are
+                // forgotten instead, and the next batch recovers them from the log.
+                self.forget(&reserved, &heads).await;
                 return Err(backend(&e));
             }
         };
@@ -557,7 +576,31 @@ impl Ingestor {
         Ok(outcomes)
     }
 
-    /// Gives back reserved heads after a failed append.
+    /// Forgets reserved heads after an append whose outcome is unknown, so that the next batch
+    /// of those sessions recovers its head from the projections and the log (see
+    /// `head_of`). If the hot state cannot forget them either, they stay reserved:
+    /// the seqs are skipped, never handed out twice.
+    async fn forget(
+        &self,
+        reserved: &[(String, String, Option<u64>)],
+        heads: &HashMap<(String, String), Head>,
+    ) {
+        for (tenant, session, _) in reserved {
+            let new = heads[&(tenant.clone(), session.clone())].seq;
+            if let Err(e) = self
+                .backends
+                .hot
+                .forget_log_head(tenant, session, new)
+                .await
+            {
+                tracing::warn!(error = %e, session = %session,
+                    "could not forget a session head after a failed append; its seqs are skipped");
+            }
+        }
+    }
+
+    /// Gives back reserved heads when nothing was appended. A head that was absent before is
+    /// forgotten again rather than left reserved, which would skip its seqs.
     async fn release(
         &self,
         reserved: &[(String, String, Option<u64>)],
@@ -565,13 +608,15 @@ impl Ingestor {
     ) {
         for (tenant, session, old) in reserved {
             let new = heads[&(tenant.clone(), session.clone())].seq;
-            if let Some(old) = old {
-                let _ = self
-                    .backends
-                    .hot
-                    .compare_and_set_log_head(tenant, session, Some(new), *old)
-                    .await;
-            }
+            let hot = &self.backends.hot;
+            // Best effort: a head left reserved only skips seqs, it never repeats one.
+            let _ = match old {
+                Some(old) => {
+                    hot.compare_and_set_log_head(tenant, session, Some(new), *old)
+                        .await
+                }
+                None => hot.forget_log_head(tenant, session, new).await,
+            };
         }
     }
 
@@ -697,8 +742,13 @@ impl Ingestor {
             .map_err(|e| e.to_string())
     }
 
-    /// Moves a large inline tool output to blob storage; returns the artifact URI.
-    async fn offload_output(&self, event: &mut Event) -> Result<Option<String>, String> {
+    /// Moves a large inline tool output (event `index` of the batch) to blob storage; returns
+    /// the artifact URI.
+    async fn offload_output(
+        &self,
+        index: usize,
+        event: &mut Event,
+    ) -> Result<Option<String>, IngestError> {
         let Payload::ToolCallFinished(p) = &mut event.payload else {
             return Ok(None);
         };
@@ -708,7 +758,10 @@ impl Ingestor {
         if output.len() <= self.options.artifact_threshold {
             return Ok(None);
         }
+        // The event is dropped when the store fails (the batch is refused), so the output can
+        // move into the store without a copy.
         let output = p.output.take().expect("checked above");
+        let bytes = output.len();
         let tokens = O200k.count(&output);
         let preview = strata_core::assembly::preview(&output);
         let stored = self
@@ -716,7 +769,12 @@ impl Ingestor {
             .blobs
             .put_artifact(&event.tenant_id, Bytes::from(output))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|source| IngestError::Artifact {
+                index,
+                event_id: event.event_id.clone(),
+                bytes,
+                source,
+            })?;
         p.output_ref = Some(stored.uri.clone());
         p.output_preview = Some(preview);
         p.output_sha256 = Some(stored.sha256);

@@ -1,9 +1,14 @@
 //! The log on Kafka (`kafka://host:port[,host:port]/topic?partitions=N&replication=R
-//! &dead_letter_topic=T&session_timeout_ms=MS&group_instance_id=ID`), through `rdkafka`.
+//! &dead_letter_topic=T&session_timeout_ms=MS&group_instance_id=ID&delivery_timeout_ms=MS`),
+//! through `rdkafka`.
 //!
 //! - Producer: idempotent (`enable.idempotence`, `acks=all`), the session id as key and the
 //!   partition chosen explicitly with Kafka's own murmur2 partitioner ([`crate::partition_for`]),
-//!   so records written here and by any Kafka producer with the default partitioner agree.
+//!   so records written here and by any Kafka producer with the default partitioner agree. An
+//!   append fails after `delivery_timeout_ms` (default [`DEFAULT_DELIVERY_TIMEOUT_MS`]) when the
+//!   brokers do not confirm it, instead of librdkafka's five minutes: a caller waiting on it
+//!   (an HTTP client of ingest) gets an answer. A failed append may still have written some of
+//!   its records; callers must treat its outcome as unknown.
 //! - The topic and its dead-letter topic (`<topic>.dead-letter`, one partition) are created
 //!   through the admin API when missing.
 //! - Consumers: one `BaseConsumer` per group member, polled on a blocking thread (librdkafka's
@@ -36,6 +41,9 @@ use crate::{
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long an append waits for the brokers' confirmation by default (`message.timeout.ms`).
+pub const DEFAULT_DELIVERY_TIMEOUT_MS: u32 = 30_000;
+
 /// Where and how to reach the topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaOptions {
@@ -53,6 +61,9 @@ pub struct KafkaOptions {
     /// the same id within the session timeout gets its partitions back without a rebalance.
     /// Give every process its own (e.g. the pod name of a StatefulSet).
     pub group_instance_id: Option<String>,
+    /// How long an append waits for the brokers to confirm its records before it fails
+    /// (`?delivery_timeout_ms=`, librdkafka's `message.timeout.ms`).
+    pub delivery_timeout_ms: u32,
 }
 
 impl KafkaOptions {
@@ -80,6 +91,7 @@ impl KafkaOptions {
             dead_letter_topic: format!("{topic}.dead-letter"),
             session_timeout_ms: None,
             group_instance_id: None,
+            delivery_timeout_ms: DEFAULT_DELIVERY_TIMEOUT_MS,
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
@@ -111,6 +123,13 @@ impl KafkaOptions {
                             .ok_or_else(|| bad("session_timeout_ms must be at least 1000"))?,
                     )
                 }
+                Some(("delivery_timeout_ms", v)) => {
+                    options.delivery_timeout_ms = v
+                        .parse()
+                        .ok()
+                        .filter(|ms| *ms >= 100)
+                        .ok_or_else(|| bad("delivery_timeout_ms must be at least 100"))?
+                }
                 _ => return Err(bad(&format!("unknown parameter {pair:?}"))),
             }
         }
@@ -135,7 +154,8 @@ fn kafka_error(what: &str, e: KafkaError) -> Error {
 pub struct KafkaLog {
     options: KafkaOptions,
     partitions: u32,
-    producer: FutureProducer,
+    /// Replaced after a failed delivery (see [`KafkaLog::replace_producer`]).
+    producer: Mutex<Arc<FutureProducer>>,
     /// Used for watermarks, metadata and plain reads (assigned, never subscribed).
     reader: Arc<Mutex<BaseConsumer>>,
 }
@@ -183,14 +203,7 @@ impl KafkaLog {
                 }
             }
         }
-        let producer: FutureProducer = options
-            .client_config()
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("compression.type", "lz4")
-            .set("linger.ms", "5")
-            .create()
-            .map_err(|e| kafka_error("kafka producer", e))?;
+        let producer = Mutex::new(Arc::new(new_producer(&options)?));
         let reader: BaseConsumer = options
             .client_config()
             .set("group.id", "strata-reader")
@@ -269,6 +282,13 @@ impl KafkaLog {
                 match c.poll(Duration::from_millis(100)) {
                     Some(Ok(m)) if m.offset() as u64 >= from => out.push(to_log_record(&m)),
                     Some(Ok(_)) | None => {}
+                    // librdkafka reports a lost connection once as an error event, also after
+                    // it has reconnected (a broker restart): not an error of this read, which
+                    // goes on until the deadline.
+                    Some(Err(KafkaError::MessageConsumption(
+                        rdkafka::types::RDKafkaErrorCode::AllBrokersDown
+                        | rdkafka::types::RDKafkaErrorCode::BrokerTransportFailure,
+                    ))) => {}
                     Some(Err(e)) => return Err(kafka_error("read", e)),
                 }
             }
@@ -276,6 +296,91 @@ impl KafkaLog {
             Ok(out)
         })
         .await
+    }
+}
+
+/// The idempotent producer of `options`.
+fn new_producer(options: &KafkaOptions) -> Result<FutureProducer> {
+    options
+        .client_config()
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("compression.type", "lz4")
+        .set("linger.ms", "5")
+        .set(
+            "message.timeout.ms",
+            options.delivery_timeout_ms.to_string(),
+        )
+        .create()
+        .map_err(|e| kafka_error("kafka producer", e))
+}
+
+impl KafkaLog {
+    /// Enqueues `records` in order on `producer` and waits for every delivery.
+    async fn append_with(
+        &self,
+        producer: &FutureProducer,
+        records: Vec<NewRecord>,
+    ) -> Result<Vec<Position>> {
+        let mut deliveries = Vec::with_capacity(records.len());
+        for r in &records {
+            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: Some(v),
+                });
+            }
+            let record = FutureRecord::to(&self.options.topic)
+                .partition(self.partition_for_key(&r.key) as i32)
+                .key(&r.key)
+                .payload(&r.value)
+                .headers(headers)
+                .timestamp(r.timestamp_ms);
+            // Enqueue in order (one key keeps its order); await the deliveries afterwards.
+            deliveries.push(
+                producer
+                    .send_result(record)
+                    .map_err(|(e, _)| kafka_error("enqueue record", e))?,
+            );
+        }
+        let mut positions = Vec::with_capacity(deliveries.len());
+        for d in deliveries {
+            let delivery = d
+                .await
+                .map_err(|_| Error::Closed)?
+                .map_err(|(e, _)| kafka_error("deliver record", e))?;
+            positions.push(Position {
+                partition: delivery.partition as u32,
+                offset: delivery.offset as u64,
+            });
+        }
+        Ok(positions)
+    }
+
+    fn producer(&self) -> Result<Arc<FutureProducer>> {
+        Ok(self.producer.lock().map_err(|_| Error::Closed)?.clone())
+    }
+
+    /// Replaces `failed` (if it is still the current producer) by a new one. After a broker
+    /// restart, an idempotent producer can keep failing every delivery (tansu 0.6.0 forgets its
+    /// producer ids and answers "unknown broker error" forever) while a new one works at once;
+    /// its pending records are already reported failed to their callers.
+    fn replace_producer(&self, failed: &Arc<FutureProducer>) {
+        let Ok(mut current) = self.producer.lock() else {
+            return;
+        };
+        if !Arc::ptr_eq(&current, failed) {
+            return; // another caller replaced it already
+        }
+        match new_producer(&self.options) {
+            Ok(p) => {
+                *current = Arc::new(p);
+                tracing::warn!(topic = %self.options.topic,
+                    "replaced the kafka producer after a failed delivery");
+            }
+            Err(e) => tracing::warn!(error = %e, "could not replace the kafka producer"),
+        }
     }
 }
 
@@ -310,40 +415,12 @@ impl EventLog for KafkaLog {
     }
 
     async fn append(&self, records: Vec<NewRecord>) -> Result<Vec<Position>> {
-        let mut deliveries = Vec::with_capacity(records.len());
-        for r in &records {
-            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
-            for (k, v) in &r.headers {
-                headers = headers.insert(Header {
-                    key: k,
-                    value: Some(v),
-                });
-            }
-            let record = FutureRecord::to(&self.options.topic)
-                .partition(self.partition_for_key(&r.key) as i32)
-                .key(&r.key)
-                .payload(&r.value)
-                .headers(headers)
-                .timestamp(r.timestamp_ms);
-            // Enqueue in order (one key keeps its order); await the deliveries afterwards.
-            deliveries.push(
-                self.producer
-                    .send_result(record)
-                    .map_err(|(e, _)| kafka_error("enqueue record", e))?,
-            );
+        let producer = self.producer()?;
+        let result = self.append_with(&producer, records).await;
+        if matches!(result, Err(Error::Io { .. })) {
+            self.replace_producer(&producer);
         }
-        let mut positions = Vec::with_capacity(deliveries.len());
-        for d in deliveries {
-            let delivery = d
-                .await
-                .map_err(|_| Error::Closed)?
-                .map_err(|(e, _)| kafka_error("deliver record", e))?;
-            positions.push(Position {
-                partition: delivery.partition as u32,
-                offset: delivery.offset as u64,
-            });
-        }
-        Ok(positions)
+        result
     }
 
     async fn end_offsets(&self) -> Result<Vec<u64>> {
@@ -382,7 +459,7 @@ impl EventLog for KafkaLog {
             });
         }
         let delivery = self
-            .producer
+            .producer()?
             .send(
                 FutureRecord::to(&self.options.dead_letter_topic)
                     .partition(0)
@@ -647,6 +724,10 @@ mod tests {
         assert!(KafkaOptions::from_url("kafka://h:1/t?session_timeout_ms=10", 8).is_err());
         let o = KafkaOptions::from_url("kafka://h:1/t?group_instance_id=projector-0", 8).unwrap();
         assert_eq!(o.group_instance_id.as_deref(), Some("projector-0"));
+        assert_eq!(o.delivery_timeout_ms, DEFAULT_DELIVERY_TIMEOUT_MS);
+        let o = KafkaOptions::from_url("kafka://h:1/t?delivery_timeout_ms=3000", 8).unwrap();
+        assert_eq!(o.delivery_timeout_ms, 3000);
+        assert!(KafkaOptions::from_url("kafka://h:1/t?delivery_timeout_ms=5", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://127.0.0.1:9092", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://h:1/t?partitions=0", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://h:1/t?bogus=1", 8).is_err());

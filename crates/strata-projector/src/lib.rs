@@ -8,6 +8,13 @@
 //! Events already projected (a re-sent record) are skipped by `event_id`. A record that is not a
 //! decodable event goes to the log's dead-letter queue with the reason before the transaction
 //! that moves the offset past it (at least once: a crash in between sets it aside again).
+//!
+//! A backend outage (the projection store or the log down) never stops [`Projector::run`]: a
+//! failed batch is retried with capped exponential backoff, each failure logged once and counted
+//! (`strata_projector_failures_total`), and the projector reports itself not ready
+//! ([`Projector::health`]) until a batch succeeds again. After a failure nothing polled is
+//! trusted: the consumer is rewound to the offsets in the store before anything else is folded,
+//! so no offset is ever committed past an event that was not applied.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -18,6 +25,7 @@ use strata_core::tokens::O200k;
 use strata_core::Event;
 use strata_hot::ProjectedSession;
 use strata_log::{LogConsumer, LogRecord};
+use strata_runtime::admin::WorkerHealth;
 use strata_runtime::Backends;
 use strata_store::{Offsets, ProjectionBatch};
 
@@ -26,6 +34,11 @@ pub const DEFAULT_GROUP: &str = strata_runtime::PROJECTOR_GROUP;
 
 /// How often the consumer-lag gauges are refreshed.
 const LAG_EVERY: Duration = Duration::from_secs(1);
+
+/// First wait after a failed batch; doubled after each further failure up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest wait between two attempts during an outage.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Errors of the projector.
 #[derive(Debug, thiserror::Error)]
@@ -97,7 +110,11 @@ pub struct Projector {
     folds: HashMap<(String, String), SessionFold>,
     /// Next offset per assigned partition, as committed.
     positions: Offsets,
+    /// Set when a batch or a rewind failed: the consumer's position may be past what the store
+    /// holds, so it must be rewound to the store's offsets before anything else is folded.
+    rewind: bool,
     lag: strata_runtime::metrics::LagReporter,
+    health: WorkerHealth,
 }
 
 impl Projector {
@@ -111,8 +128,17 @@ impl Projector {
             consumer,
             folds: HashMap::new(),
             positions: Offsets::new(),
+            rewind: false,
             lag,
+            health: WorkerHealth::new(),
         })
+    }
+
+    /// What this projector says about itself: failing while a backend outage keeps its batches
+    /// from committing. Serve it on `/readyz` with
+    /// [`strata_runtime::admin::run_worker_with_health`].
+    pub fn health(&self) -> WorkerHealth {
+        self.health.clone()
     }
 
     /// Polls once and projects what came; returns what it did.
@@ -125,27 +151,41 @@ impl Projector {
     }
 
     async fn poll_and_project(&mut self) -> Result<BatchStats> {
+        if self.rewind {
+            // Whatever the consumer holds or fetches now may lie past records that were polled
+            // but never committed: go back to what the store says before folding anything.
+            let assigned = self.consumer.assignment();
+            self.on_rebalance(&assigned, &[]).await?;
+            self.rewind = false;
+            tracing::info!(positions = ?self.positions, "projector rewound to the store's offsets");
+        }
+        let result = self.poll_and_project_once().await;
+        if result.is_err() {
+            // The store kept nothing of this batch (or a newly assigned partition was not sought
+            // to the store's offsets): forget what was folded, and rewind on the next step, which
+            // retries the rewind until the store answers.
+            self.folds.clear();
+            self.rewind = true;
+        }
+        result
+    }
+
+    async fn poll_and_project_once(&mut self) -> Result<BatchStats> {
         let polled = self
             .consumer
             .poll(self.options.batch_size, self.options.poll_timeout)
             .await?;
         if !polled.assigned.is_empty() || !polled.revoked.is_empty() {
             self.on_rebalance(&polled.assigned, &polled.revoked).await?;
+            tracing::info!(assigned = ?polled.assigned, revoked = ?polled.revoked,
+                "projector assignment changed");
             // Records fetched before the seek may start at the wrong offset: drop them.
             return Ok(BatchStats::default());
         }
         if polled.records.is_empty() {
             return Ok(BatchStats::default());
         }
-        let result = self.project(&polled.records).await;
-        if result.is_err() {
-            // The store kept nothing of this batch: forget what we folded and go back to what
-            // the store says.
-            self.folds.clear();
-            let assigned = self.consumer.assignment();
-            self.on_rebalance(&assigned, &[]).await?;
-        }
-        result
+        self.project(&polled.records).await
     }
 
     async fn on_rebalance(&mut self, assigned: &[u32], revoked: &[u32]) -> Result<()> {
@@ -160,7 +200,6 @@ impl Projector {
             self.consumer.seek(p, offset)?;
             self.positions.insert(p, offset);
         }
-        tracing::info!(?assigned, ?revoked, "projector assignment changed");
         Ok(())
     }
 
@@ -320,19 +359,48 @@ impl Projector {
     }
 
     /// Runs until `shutdown` resolves, then finishes the batch in hand and leaves the group.
+    ///
+    /// A failing batch (a backend outage) never ends the loop: it is retried after a backoff
+    /// that starts at 100 ms and doubles up to 5 s, and [`Projector::health`] reports the failure until a
+    /// step succeeds again.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<()> {
         tokio::pin!(shutdown);
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = FIRST_BACKOFF;
+        let mut failures = 0u32;
         loop {
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
                 r = self.step() => match r {
-                    Ok(_) => backoff = Duration::from_millis(100),
+                    Ok(_) => {
+                        if failures > 0 {
+                            tracing::info!(failures, "projector recovered; projecting again");
+                            self.health.ok();
+                        }
+                        failures = 0;
+                        backoff = FIRST_BACKOFF;
+                    }
                     Err(e) => {
-                        tracing::error!(error = %e, retry_in_ms = backoff.as_millis() as u64, "projector batch failed");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        failures += 1;
+                        strata_runtime::metrics::PROJECTOR_FAILURES.add(1);
+                        tracing::error!(
+                            error = %e,
+                            attempt = failures,
+                            retry_in_ms = backoff.as_millis() as u64,
+                            "projector batch failed; nothing past the last committed batch is \
+                             acknowledged, retrying"
+                        );
+                        self.health.failing(format!(
+                            "projector: {failures} failed attempt(s) in a row, retrying; last \
+                             error: {e}"
+                        ));
+                        // The shutdown still wins during the wait.
+                        tokio::select! {
+                            biased;
+                            _ = &mut shutdown => break,
+                            _ = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
                     }
                 },
             }

@@ -193,6 +193,10 @@ pub static PROJECTOR_BATCHES: Counter = Counter::new(
     "strata_projector_batches_total",
     "Projector transactions committed.",
 );
+pub static PROJECTOR_FAILURES: Counter = Counter::new(
+    "strata_projector_failures_total",
+    "Projector batches that failed (a backend outage) and were retried after a backoff.",
+);
 pub static DEAD_LETTERS: Counter = Counter::new(
     "strata_dead_letters_total",
     "Undecodable records set aside in the dead-letter queue.",
@@ -223,6 +227,7 @@ pub fn render() -> String {
         &BATCHES_REJECTED,
         &EVENTS_PROJECTED,
         &PROJECTOR_BATCHES,
+        &PROJECTOR_FAILURES,
         &DEAD_LETTERS,
         &ASSEMBLIES,
         &ASSEMBLIES_UNRECORDED,

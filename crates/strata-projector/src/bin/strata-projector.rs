@@ -35,8 +35,12 @@ async fn main() -> anyhow::Result<()> {
         },
     )
     .await?;
-    strata_runtime::admin::run_worker(backends, opts.admin_listen, |stop| projector.run(stop))
-        .await
-        .map_err(|e| anyhow::anyhow!(e))?;
+    // /readyz fails while the projector's batches keep failing (a backend outage).
+    let health = projector.health();
+    strata_runtime::admin::run_worker_with_health(backends, opts.admin_listen, health, |stop| {
+        projector.run(stop)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!(e))?;
     Ok(())
 }
