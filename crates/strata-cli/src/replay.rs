@@ -61,7 +61,7 @@ pub(crate) struct RebuildArgs {
     #[arg(long)]
     no_switch: bool,
     /// Events per store transaction.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = strata_replay::rebuild::RebuildOptions::default().batch_events)]
     batch: usize,
     /// Print a JSON summary instead of text.
     #[arg(long)]
@@ -329,7 +329,13 @@ pub(crate) async fn rebuild(opts: &BackendOpts, args: &RebuildArgs) -> anyhow::R
     println!(
         "rebuilt {} from the log{}: {} events in {:.2}s ({:.0} ev/s), {} duplicates skipped",
         report.file,
-        if report.resumed { " (resumed)" } else { "" },
+        if report.resumed {
+            " (resumed)"
+        } else if report.started_over {
+            " (started over: the machine restarted during the interrupted, unsynced run)"
+        } else {
+            ""
+        },
         report.events,
         report.fold_secs,
         report.events_per_sec,

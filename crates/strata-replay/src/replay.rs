@@ -252,7 +252,7 @@ pub async fn replay(
         events_per_sec: 0.0,
         points: Vec::new(),
     };
-    let mut folder = Folder::new("strata-replay", false);
+    let mut folder = Folder::new("strata-replay", false, 1);
     let total_sessions = order.len() as u64;
     for key in &order {
         let events = by_session.remove(key).unwrap_or_default();
@@ -278,7 +278,7 @@ pub async fn replay(
                     None => report.skipped_points += 1,
                 }
             }
-            folder.fold(&scratch, &[(pos, event)]).await?;
+            folder.fold(&scratch, vec![(pos, event)]).await?;
             report.events += 1;
             if folder.pending >= 5000 {
                 folder.flush(&scratch).await?;

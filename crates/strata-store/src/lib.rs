@@ -48,6 +48,21 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A file operation on a database failed.
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A database could not be checkpointed because another connection was reading it.
+    #[error("could not checkpoint {path}: the database is in use")]
+    InUse {
+        /// The database file.
+        path: String,
+    },
     /// A failure injected by a test (see [`sqlite::SqliteStore::fail_next_commit`] and
     /// [`postgres::PgStore::fail_next_commit`]).
     #[error("injected failure before commit")]

@@ -3,7 +3,7 @@
 //! Limits, stated: one process writes a database at a time (the data directory lock enforces it
 //! for Strata's own processes); readers in that process run concurrently with the writer.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -13,7 +13,7 @@ use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use strata_core::assembly::Snapshot;
-use strata_core::projection::{Change, SessionFold, ToolStatus};
+use strata_core::projection::{Change, SessionFold, ToolCallRow, ToolResultRow, ToolStatus};
 
 use crate::common::{self, privacy_str, Dialect, INSERT_CHUNK};
 use crate::{Error, Offsets, ProjectionBatch, ProjectionStore, Result, SessionSummary};
@@ -23,24 +23,68 @@ const DIALECT: Dialect = Dialect {
     insertion_order: "rowid",
 };
 
+/// A tool call to insert, with what the same batch says about its outcome.
+struct CallRow<'a> {
+    call: &'a ToolCallRow,
+    status: ToolStatus,
+    result: Option<&'a ToolResultRow>,
+}
+
 /// SQLite-backed projections.
 #[derive(Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// The database file, as given to the constructor.
+    path: String,
     fail_next_commit: AtomicBool,
+}
+
+/// How a [`SqliteStore`] trades durability for speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    /// WAL + `synchronous=NORMAL`: a committed batch survives a process crash (the live set).
+    Normal,
+    /// WAL + `synchronous=OFF` and a large page cache, for a set built from the log that no
+    /// reader uses yet ([`SqliteStore::open_bulk`]).
+    Bulk,
 }
 
 impl SqliteStore {
     /// Opens (creating and migrating when needed) the database at `path`.
     pub async fn open(path: &str) -> Result<Self> {
-        let options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))?
+        Self::open_with(path, Durability::Normal).await
+    }
+
+    /// Opens (creating and migrating when needed) a database that is being built from the log
+    /// and that no reader uses yet (a rebuild's new set): `synchronous=OFF` (SQLite never
+    /// fsyncs), a 256 MiB page cache, temporary tables in memory.
+    ///
+    /// Still WAL, so a committed batch survives a crash of the process (its writes are in the
+    /// operating system's cache; SQLite documents `synchronous=OFF` as safe against application
+    /// crashes). After a crash of the operating system or a power loss the file may be torn:
+    /// whoever resumes writing it must know whether the machine restarted meanwhile (a rebuild
+    /// starts the set over then). Call [`SqliteStore::make_durable`] before readers use it.
+    pub async fn open_bulk(path: &str) -> Result<Self> {
+        Self::open_with(path, Durability::Bulk).await
+    }
+
+    async fn open_with(path: &str, durability: Durability) -> Result<Self> {
+        let mut options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            // WAL + NORMAL: a committed transaction survives a process crash; the log, not the
-            // projection, is the source of truth after power loss (rebuildable).
-            .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
+        options = match durability {
+            // WAL + NORMAL: a committed transaction survives a process crash; the log, not the
+            // projection, is the source of truth after power loss (rebuildable).
+            Durability::Normal => options.synchronous(SqliteSynchronous::Normal),
+            Durability::Bulk => options
+                .synchronous(SqliteSynchronous::Off)
+                // Negative: KiB. The rebuild's one writer keeps the hot b-tree pages (indexes
+                // of a growing set) in memory instead of re-reading them from the OS.
+                .pragma("cache_size", "-262144")
+                .pragma("temp_store", "MEMORY"),
+        };
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options)
@@ -48,7 +92,36 @@ impl SqliteStore {
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
         Ok(Self {
             pool,
+            path: path.to_owned(),
             fail_next_commit: AtomicBool::new(false),
+        })
+    }
+
+    /// Makes everything committed durable: moves the WAL into the database file and fsyncs it.
+    /// A set opened with [`SqliteStore::open_bulk`] is durable only after this.
+    pub async fn make_durable(&self) -> Result<()> {
+        let mut conn = self.pool.acquire().await?;
+        // FULL for this connection: the checkpoint below then fsyncs what it writes.
+        sqlx::query("PRAGMA synchronous = FULL")
+            .execute(&mut *conn)
+            .await?;
+        let row = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .fetch_one(&mut *conn)
+            .await?;
+        // (busy, WAL frames, frames checkpointed): busy means a reader held the WAL open.
+        if row.get::<i64, _>(0) != 0 {
+            return Err(Error::InUse {
+                path: self.path.clone(),
+            });
+        }
+        // Belt and braces: the file itself, whatever SQLite decided to sync.
+        let path = self.path.clone();
+        let synced = tokio::task::spawn_blocking(move || std::fs::File::open(&path)?.sync_all())
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(format!("the fsync task failed: {e}"))));
+        synced.map_err(|source| Error::Io {
+            path: self.path.clone(),
+            source,
         })
     }
 
@@ -61,13 +134,42 @@ impl SqliteStore {
     async fn write_changes(tx: &mut Transaction<'_, Sqlite>, changes: &[Change]) -> Result<()> {
         let mut events = Vec::new();
         let mut messages = Vec::new();
-        let mut calls = Vec::new();
+        let mut calls: Vec<CallRow<'_>> = Vec::new();
+        let mut call_index: HashMap<(&str, &str, &str), usize> = HashMap::new();
         let mut updates = Vec::new();
         for c in changes {
             match c {
                 Change::Event(e) => events.push(e),
                 Change::Message(m) => messages.push(m),
-                Change::ToolCall(t) => calls.push(t),
+                Change::ToolCall(t) => {
+                    call_index.insert((&t.tenant_id, &t.session_id, &t.tool_call_id), calls.len());
+                    calls.push(CallRow {
+                        call: t,
+                        status: ToolStatus::Pending,
+                        result: None,
+                    });
+                }
+                // A call whose request is in this batch gets its result (or status) in its
+                // insert instead of one UPDATE round trip each: the row ends up the same, since
+                // updates run after the inserts, in fold order, and touch that row only.
+                Change::ToolResult(r) => {
+                    match call_index.get(&(&*r.tenant_id, &*r.session_id, &*r.tool_call_id)) {
+                        Some(&i) => {
+                            calls[i].status = r.status;
+                            calls[i].result = Some(r);
+                        }
+                        None => updates.push(c),
+                    }
+                }
+                Change::ToolStatus {
+                    tenant_id,
+                    session_id,
+                    tool_call_id,
+                    status,
+                } => match call_index.get(&(&**tenant_id, &**session_id, &**tool_call_id)) {
+                    Some(&i) => calls[i].status = *status,
+                    None => updates.push(c),
+                },
                 other => updates.push(other),
             }
         }
@@ -112,13 +214,19 @@ impl SqliteStore {
             });
             q.build().execute(&mut **tx).await?;
         }
+        // 25 binds a row: 400 rows stay well under SQLite's 32,766 variables.
         for chunk in calls.chunks(INSERT_CHUNK) {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO tool_calls (tenant_id, session_id, tool_call_id, branch_id, name, \
                  args, participant_id, request_event_id, request_seq, message_id, call_tokens, \
-                 status) ",
+                 status, result_event_id, result_seq, output, output_ref, output_preview, \
+                 output_sha256, output_bytes, output_tokens, preview_tokens, error, retryable, \
+                 privacy_class) ",
             );
-            q.push_values(chunk, |mut b, t| {
+            q.push_values(chunk, |mut b, row| {
+                let t = row.call;
+                let r = row.result;
+                // Without a result: the columns' defaults (NULL, 0, false).
                 b.push_bind(&t.tenant_id)
                     .push_bind(&t.session_id)
                     .push_bind(&t.tool_call_id)
@@ -130,7 +238,19 @@ impl SqliteStore {
                     .push_bind(t.request_seq as i64)
                     .push_bind(&t.message_id)
                     .push_bind(t.call_tokens as i64)
-                    .push_bind(ToolStatus::Pending.as_str());
+                    .push_bind(row.status.as_str())
+                    .push_bind(r.map(|r| &r.result_event_id))
+                    .push_bind(r.map(|r| r.result_seq as i64))
+                    .push_bind(r.and_then(|r| r.output.as_ref()))
+                    .push_bind(r.and_then(|r| r.output_ref.as_ref()))
+                    .push_bind(r.and_then(|r| r.output_preview.as_ref()))
+                    .push_bind(r.and_then(|r| r.output_sha256.as_ref()))
+                    .push_bind(r.and_then(|r| r.output_bytes).map(|b| b as i64))
+                    .push_bind(r.map_or(0, |r| r.output_tokens as i64))
+                    .push_bind(r.map_or(0, |r| r.preview_tokens as i64))
+                    .push_bind(r.and_then(|r| r.error.as_ref()))
+                    .push_bind(r.is_some_and(|r| r.retryable))
+                    .push_bind(r.and_then(|r| r.privacy_class).map(privacy_str));
             });
             q.build().execute(&mut **tx).await?;
         }
