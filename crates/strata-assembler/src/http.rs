@@ -88,11 +88,14 @@ async fn assembly(
                 let parsed: ContextAssembly = serde_json::from_value(record).map_err(|e| {
                     ApiError::internal(&format!("assembly {id:?} is unreadable: {e}"))
                 })?;
+                let explanation = crate::explain_reference(a.backends(), &parsed, &reference)
+                    .await
+                    .map_err(|e| ApiError::internal(&e))?;
                 Ok(Json(json!({
                     "assembly_id": parsed.assembly_id,
                     "reference": reference,
                     "traced": parsed.traced,
-                    "explanation": strata_core::assembly::explain(&parsed, &reference),
+                    "explanation": explanation,
                 })))
             }
         },

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::json;
 use strata_core::assembly::{
-    assemble_with_policy, rehydration_plan, AssemblyPolicy, AssemblyRequest, Provider,
-    RehydrationDecision,
+    assemble_with_policy, explain, explain_matches, rehydration_plan, AssemblyPolicy,
+    AssemblyRequest, ContextAssembly, Provider, RehydrationDecision,
 };
 use strata_core::payload::{ContextBuilt, Payload};
 use strata_core::tokens::{CachedCounter, O200k};
@@ -133,6 +133,50 @@ impl PolicyOpts {
             ..options
         }
     }
+}
+
+/// Why a record is, or is not, in an assembly: [`strata_core::assembly::explain`], and when the
+/// record names no event of it directly, `reference` read as a tool call id of the session —
+/// answered for each event that carries it (the call and its result).
+pub async fn explain_reference(
+    backends: &Backends,
+    assembly: &ContextAssembly,
+    reference: &str,
+) -> Result<Vec<String>, Error> {
+    let direct = explain_matches(assembly, reference);
+    if !direct.is_empty() {
+        return Ok(direct);
+    }
+    let mut lines = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = backends
+            .store
+            .events(&assembly.tenant_id, &assembly.session_id, after, 10_000)
+            .await?;
+        for e in &page {
+            let payload = &e["payload"];
+            let carries = payload["tool_call_id"] == reference
+                || payload["tool_calls"]
+                    .as_array()
+                    .is_some_and(|calls| calls.iter().any(|c| c["tool_call_id"] == reference));
+            if !carries {
+                continue;
+            }
+            let id = e["event_id"].as_str().unwrap_or_default();
+            let kind = e["type"].as_str().unwrap_or_default();
+            let found = explain(assembly, id);
+            lines.extend(found.into_iter().map(|l| format!("{kind} {id}: {l}")));
+        }
+        match page.last().and_then(|e| e["seq"].as_u64()) {
+            Some(seq) if page.len() == 10_000 => after = seq,
+            _ => break,
+        }
+    }
+    if lines.is_empty() {
+        lines = explain(assembly, reference);
+    }
+    Ok(lines)
 }
 
 /// Parses a per-tenant provider allow-list for `confidential` raw payloads:

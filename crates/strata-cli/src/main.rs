@@ -328,7 +328,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             strata_projector::bring_current(&backends, wait).await?;
             match &context.why_not {
                 Some(reference) => {
-                    view::print_why_not(&assembled.assembly, reference, context.json)
+                    view::print_why_not(&backends, &assembled.assembly, reference, context.json)
+                        .await
                 }
                 None => view::print_context(&assembled, context.json),
             }
@@ -349,9 +350,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 })?;
             match why_not {
                 Some(reference) => {
-                    let a = serde_json::from_value(record)
+                    let a: strata_core::assembly::ContextAssembly = serde_json::from_value(record)
                         .map_err(|e| anyhow::anyhow!("assembly {assembly:?} is unreadable: {e}"))?;
-                    view::print_why_not(&a, &reference, json)
+                    view::print_why_not(&backends, &a, &reference, json).await
                 }
                 None => view::print_assembly_record(&record, json),
             }

@@ -149,12 +149,13 @@ pub(crate) fn print_assembly_record(record: &Value, as_json: bool) -> anyhow::Re
 }
 
 /// Prints why one record is, or is not, in an assembly.
-pub(crate) fn print_why_not(
+pub(crate) async fn print_why_not(
+    backends: &strata_runtime::Backends,
     a: &ContextAssembly,
     reference: &str,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let lines = strata_core::assembly::explain(a, reference);
+    let lines = strata_assembler::explain_reference(backends, a, reference).await?;
     if as_json {
         println!(
             "{}",

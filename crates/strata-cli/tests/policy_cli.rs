@@ -174,4 +174,16 @@ fn withheld_bytes_never_leave_and_explanations_answer_from_compact_and_traced_re
         "{text}"
     );
     assert!(!text.contains(SECRET));
+
+    // A tool call id is answered through the events that carry it: the call and its result.
+    let out = strata(&data, &[], &["inspect", &id, "--why-not", "ehr"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ModelResponseReceived p2: included in"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ToolCallFinished p3: left out: withheld from this provider"),
+        "{text}"
+    );
 }

@@ -634,6 +634,15 @@ pub fn rehydration_plan(
 /// Why a record (an event id, a tool call id or an artifact ref) was or was not part of an
 /// assembly: one line per fact the record holds about it.
 pub fn explain(a: &ContextAssembly, reference: &str) -> Vec<String> {
+    let mut lines = explain_matches(a, reference);
+    if lines.is_empty() {
+        lines.push(not_found(a));
+    }
+    lines
+}
+
+/// What the record says about `reference` itself, if anything (no fallback line).
+pub fn explain_matches(a: &ContextAssembly, reference: &str) -> Vec<String> {
     let mut lines = Vec::new();
     for seg in a
         .included
@@ -673,27 +682,29 @@ pub fn explain(a: &ContextAssembly, reference: &str) -> Vec<String> {
             d.reason
         ));
     }
-    if lines.is_empty() {
-        let counts = a
-            .omitted
-            .iter()
-            .map(|(r, n)| format!("{} {n}", omission_text(*r)))
-            .collect::<Vec<_>>()
-            .join(", ");
-        lines.push(if a.traced {
-            format!(
-                "not a candidate of this assembly: not on branch {}'s lineage or window for \
-                 participant {}, or not a record of session {} (omissions by reason: {counts})",
-                a.branch_id, a.participant_id, a.session_id
-            )
-        } else {
-            format!(
-                "not among the selected refs; this record is compact (omissions by reason: \
-                 {counts}); assemble with --trace to keep every candidate"
-            )
-        });
-    }
     lines
+}
+
+/// The answer for a record the assembly does not mention.
+fn not_found(a: &ContextAssembly) -> String {
+    let counts = a
+        .omitted
+        .iter()
+        .map(|(r, n)| format!("{} {n}", omission_text(*r)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if a.traced {
+        format!(
+            "not a candidate of this assembly: not on branch {}'s lineage or window for \
+             participant {}, or not a record of session {} (omissions by reason: {counts})",
+            a.branch_id, a.participant_id, a.session_id
+        )
+    } else {
+        format!(
+            "not among the selected refs; this record is compact (omissions by reason: \
+             {counts}); assemble with --trace to keep every candidate"
+        )
+    }
 }
 
 /// A reason in words.
