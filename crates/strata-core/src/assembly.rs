@@ -204,21 +204,28 @@ pub struct Snapshot {
     /// after the fork point), and their tokens: never candidates, counted as `other_branch`.
     #[serde(default)]
     pub other_branch_messages: u64,
-    /// The branches whose history this branch sees (itself first, then its ancestors).
+    /// The branches whose history this branch sees (itself first, then its ancestors), each
+    /// with the highest seq of it that belongs to this history (`None`: all of it).
     #[serde(default)]
-    pub lineage_branches: Vec<String>,
+    pub lineage: Vec<(String, Option<u64>)>,
     #[serde(default)]
     pub other_branch_tokens: u64,
 }
 
 impl Snapshot {
-    /// Whether a branch's records belong to this snapshot's history.
-    pub fn in_lineage(&self, branch: &str) -> bool {
-        if self.lineage_branches.is_empty() {
-            branch == self.branch_id
-        } else {
-            self.lineage_branches.iter().any(|b| b == branch)
+    /// Whether a record of `branch` at `seq` (when known) belongs to this snapshot's history:
+    /// an ancestor's records count up to the fork point only.
+    pub fn in_lineage(&self, branch: &str, seq: Option<u64>) -> bool {
+        if self.lineage.is_empty() {
+            return branch == self.branch_id;
         }
+        self.lineage.iter().any(|(b, bound)| {
+            b == branch
+                && match (bound, seq) {
+                    (Some(bound), Some(seq)) => seq <= *bound,
+                    _ => true,
+                }
+        })
     }
 }
 
@@ -2227,7 +2234,7 @@ fn select_memories(
             continue;
         }
         // A memory of this session made on a sibling branch is that branch's state.
-        if m.session_id == snapshot.session_id && !snapshot.in_lineage(&m.branch_id) {
+        if m.session_id == snapshot.session_id && !snapshot.in_lineage(&m.branch_id, m.source_seq) {
             omit(&mut omitted, m, OmissionReason::OtherBranch);
             continue;
         }

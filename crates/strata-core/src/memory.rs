@@ -97,6 +97,9 @@ pub struct Memory {
     pub project_id: String,
     pub session_id: String,
     pub branch_id: String,
+    /// Seq of the event it was made from (so that a branch forked before it does not see it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_seq: Option<u64>,
     pub scope: Scope,
     /// `tool_memory`, `file_change`, `user_preference`, `hypothesis`.
     pub kind: String,
@@ -1184,6 +1187,7 @@ impl MemoryEngine {
             project_id: project,
             session_id: event.session_id.clone(),
             branch_id: event.branch_id.clone(),
+            source_seq: event.seq,
             scope: e.scope,
             kind: if basis.starts_with("tool") {
                 if e.family == "file_change" {

@@ -420,3 +420,54 @@ fn compaction_notes_keep_owner_and_privacy_and_never_quote_a_protected_error() {
         .unwrap();
     assert!(!error.message.contains("SECRET-TOKEN-5"), "{error:?}");
 }
+
+#[test]
+fn a_memory_made_on_the_parent_after_the_fork_is_not_the_childs() {
+    use strata_core::memory::{Memory, MemoryEngine};
+    use strata_core::payload::Payload;
+    let mut engine = MemoryEngine::default();
+    let mut memories = Vec::new();
+    let ev = |id: &str, seq: u64, ty: &str, payload: Value| {
+        let mut e = strata_core::Event::from_json(
+            json!({"event_id": id, "tenant_id": "t", "session_id": "s", "branch_id": "main",
+                "timestamp": "2026-06-03T10:00:00Z", "type": ty, "payload": payload}),
+            None,
+        )
+        .unwrap();
+        e.seq = Some(seq);
+        e
+    };
+    for (call, seq, output) in [("early", 3, "rows=10"), ("late", 9, "LATE-ON-MAIN rows=99")] {
+        engine.observe(&ev(
+            &format!("{call}-q"),
+            seq,
+            "ToolCallRequested",
+            json!({"tool_call_id": call, "name": "crm.get", "args": {"id": call}}),
+        ));
+        for d in engine.observe(&ev(
+            &format!("{call}-r"),
+            seq + 1,
+            "ToolCallFinished",
+            json!({"tool_call_id": call, "output": output}),
+        )) {
+            if let Payload::MemoryRecorded(p) = d.payload {
+                memories.push(Memory::from_payload(&p).unwrap());
+            }
+        }
+    }
+    assert_eq!(memories.len(), 2);
+    let mut snap = snapshot(
+        "agent",
+        vec![msg(20, "user", "agent", "go on", vec![])],
+        AgentState::default(),
+    );
+    snap.branch_id = "alt".into();
+    snap.lineage = vec![("alt".into(), None), ("main".into(), Some(5))];
+    snap.project_id = Some(memories[0].project_id.clone());
+    snap.memories = memories;
+    let out = assemble(&snap, &AssemblyRequest::default(), &O200k);
+    let text = bundle_text(&out);
+    assert!(text.contains("rows=10"), "before the fork: {text}");
+    assert!(!text.contains("LATE-ON-MAIN"), "after the fork: {text}");
+    assert_eq!(out.assembly.omitted[&OmissionReason::OtherBranch], 1);
+}

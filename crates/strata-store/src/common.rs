@@ -578,6 +578,6 @@ where
         as_of,
         other_branch_messages: other_branch_messages as u64,
         other_branch_tokens: other_branch_tokens as u64,
-        lineage_branches: lineage.iter().map(|(b, _)| b.clone()).collect(),
+        lineage: lineage.clone(),
     }))
 }
