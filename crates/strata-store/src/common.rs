@@ -380,19 +380,24 @@ where
     };
     let before_window: i64 = sqlx::query_with(&sql, args).fetch_one(pool).await?.get(0);
     // Messages of the session outside the lineage (sibling branches, an ancestor past the fork):
-    // never candidates, but counted apart from budget exclusions.
-    let Statement { sql, args } = {
-        let mut q = Statement::for_session(
-            "SELECT count(*), CAST(coalesce(sum(tokens), 0) AS BIGINT) FROM messages",
-            stored,
-            tenant,
-            session,
-        );
-        q.push(" AND NOT ").lineage(&lineage, "seq", stored);
-        q
+    // never candidates, but counted apart from budget exclusions. A session of one branch has
+    // none, and is spared the scan.
+    let (other_branch_messages, other_branch_tokens): (i64, i64) = if fold.branches.len() > 1 {
+        let Statement { sql, args } = {
+            let mut q = Statement::for_session(
+                "SELECT count(*), CAST(coalesce(sum(tokens), 0) AS BIGINT) FROM messages",
+                stored,
+                tenant,
+                session,
+            );
+            q.push(" AND NOT ").lineage(&lineage, "seq", stored);
+            q
+        };
+        let row = sqlx::query_with(&sql, args).fetch_one(pool).await?;
+        (row.get(0), row.get(1))
+    } else {
+        (0, 0)
     };
-    let row = sqlx::query_with(&sql, args).fetch_one(pool).await?;
-    let (other_branch_messages, other_branch_tokens): (i64, i64) = (row.get(0), row.get(1));
 
     // Tool calls of the window (and open ones from before it).
     let window_start = if messages.is_empty() { 0 } else { min_seq };
