@@ -2073,11 +2073,7 @@ impl Gate {
     /// The metadata-only stand-in for a withheld output: what it was, how big, where it is,
     /// and how to get it revalidated. Never any of its bytes (nor its preview).
     fn safe_summary(self, c: &ToolPair) -> String {
-        let class = match c.privacy_class {
-            Some(PrivacyClass::Restricted) => "restricted",
-            Some(PrivacyClass::Confidential) => "confidential",
-            _ => "private",
-        };
+        let class = c.privacy_class.map_or("private", PrivacyClass::as_str);
         format!(
             "[withheld by privacy policy: {class} output of {}, {} bytes{}; not sent to {}. \
              To use it, re-run {} where policy allows, or ask the user for what is needed.]",

@@ -52,15 +52,6 @@ pub(crate) fn fingerprint_table(mut lines: Vec<String>) -> (u64, String) {
     )
 }
 
-pub(crate) fn privacy_str(p: PrivacyClass) -> &'static str {
-    match p {
-        PrivacyClass::Public => "public",
-        PrivacyClass::Internal => "internal",
-        PrivacyClass::Confidential => "confidential",
-        PrivacyClass::Restricted => "restricted",
-    }
-}
-
 fn parse_privacy(s: Option<String>) -> Option<PrivacyClass> {
     s.and_then(|s| serde_json::from_value(Value::String(s)).ok())
 }

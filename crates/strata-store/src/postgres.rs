@@ -22,7 +22,7 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 use strata_core::assembly::Snapshot;
 use strata_core::projection::{Change, SessionFold, ToolStatus};
 
-use crate::common::{self, privacy_str, Dialect};
+use crate::common::{self, Dialect};
 use crate::{Error, Offsets, ProjectionBatch, ProjectionStore, Result, SessionSummary};
 
 /// Pool size when the URL has no `max_connections` parameter.
@@ -243,7 +243,10 @@ impl PgStore {
                 .bind(r.preview_tokens as i64)
                 .bind(r.error.as_deref().map(text))
                 .bind(r.retryable)
-                .bind(r.privacy_class.map(privacy_str))
+                .bind(
+                    r.privacy_class
+                        .map(strata_core::payload::PrivacyClass::as_str),
+                )
                 .bind(text(&r.tenant_id))
                 .bind(text(&r.session_id))
                 .bind(text(&r.tool_call_id))
@@ -282,7 +285,10 @@ impl PgStore {
                 .bind(a.bytes as i64)
                 .bind(text(&a.kind))
                 .bind(text(&a.source_event_id))
-                .bind(a.privacy_class.map(privacy_str))
+                .bind(
+                    a.privacy_class
+                        .map(strata_core::payload::PrivacyClass::as_str),
+                )
                 .bind(text(&a.owner_participant))
                 .execute(&mut **tx)
                 .await?;

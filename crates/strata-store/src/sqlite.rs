@@ -15,7 +15,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use strata_core::assembly::Snapshot;
 use strata_core::projection::{Change, SessionFold, ToolCallRow, ToolResultRow, ToolStatus};
 
-use crate::common::{self, privacy_str, Dialect, INSERT_CHUNK};
+use crate::common::{self, Dialect, INSERT_CHUNK};
 use crate::{Error, Offsets, ProjectionBatch, ProjectionStore, Result, SessionSummary};
 
 const DIALECT: Dialect = Dialect {
@@ -250,7 +250,10 @@ impl SqliteStore {
                     .push_bind(r.map_or(0, |r| r.preview_tokens as i64))
                     .push_bind(r.and_then(|r| r.error.as_ref()))
                     .push_bind(r.is_some_and(|r| r.retryable))
-                    .push_bind(r.and_then(|r| r.privacy_class).map(privacy_str));
+                    .push_bind(
+                        r.and_then(|r| r.privacy_class)
+                            .map(strata_core::payload::PrivacyClass::as_str),
+                    );
             });
             q.build().execute(&mut **tx).await?;
         }
@@ -322,7 +325,10 @@ impl SqliteStore {
                 .bind(r.preview_tokens as i64)
                 .bind(&r.error)
                 .bind(r.retryable)
-                .bind(r.privacy_class.map(privacy_str))
+                .bind(
+                    r.privacy_class
+                        .map(strata_core::payload::PrivacyClass::as_str),
+                )
                 .bind(&r.tenant_id)
                 .bind(&r.session_id)
                 .bind(&r.tool_call_id)
@@ -361,7 +367,10 @@ impl SqliteStore {
                 .bind(a.bytes as i64)
                 .bind(&a.kind)
                 .bind(&a.source_event_id)
-                .bind(a.privacy_class.map(privacy_str))
+                .bind(
+                    a.privacy_class
+                        .map(strata_core::payload::PrivacyClass::as_str),
+                )
                 .bind(&a.owner_participant)
                 .execute(&mut **tx)
                 .await?;
