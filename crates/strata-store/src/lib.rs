@@ -67,6 +67,9 @@ pub enum Error {
     /// [`postgres::PgStore::fail_next_commit`]).
     #[error("injected failure before commit")]
     Injected,
+    /// A projection-set operation was refused (see [`postgres::generations`]).
+    #[error("{0}")]
+    Generation(String),
 }
 
 /// Result with the store's [`Error`].
@@ -157,6 +160,9 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
     /// Row counts per table and a content hash per table: equal for equal projections. Used by
     /// crash tests and rebuild verification.
     async fn fingerprint(&self) -> Result<BTreeMap<String, (u64, String)>>;
+
+    /// Tenants with projected sessions, in byte order.
+    async fn tenants(&self) -> Result<Vec<String>>;
 
     /// Checks that the backend is reachable.
     async fn ping(&self) -> Result<()>;

@@ -8,6 +8,12 @@
 //! one is projected instead of failing its batch on every retry, text written to the columns is
 //! stored with each NUL replaced by U+FFFD; the event's canonical JSON in `events.body` escapes
 //! it and keeps it exactly.
+//!
+//! The tables of a projection set live in one schema per generation ([`generations`]): a store
+//! opened with [`PgStore::open`] follows the current one, so `strata rebuild` can switch every
+//! reader and the projector to a rebuilt set without restarting them.
+
+pub mod generations;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
@@ -18,7 +24,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres, Row, Transaction};
 use strata_core::assembly::Snapshot;
 use strata_core::projection::{Change, SessionFold, ToolStatus};
 
@@ -40,6 +46,9 @@ const DIALECT: Dialect = Dialect {
 #[derive(Debug)]
 pub struct PgStore {
     pool: PgPool,
+    /// Whether the store follows the database's current generation (else it is pinned to one
+    /// schema: a rebuild's target).
+    follows: bool,
     fail_next_commit: AtomicBool,
     drop_connection_before_next_commit: AtomicBool,
 }
@@ -54,18 +63,69 @@ impl PgStore {
     pub async fn open(url: &str) -> Result<Self> {
         let (url_without_pool, max_connections) = split_pool_size(url)?;
         let options = PgConnectOptions::from_str(&url_without_pool)?;
+        let mut conn = PgConnection::connect_with(&options).await?;
+        generations::ensure_meta(&mut conn).await?;
+        let schema = generations::current(&mut conn).await?;
+        conn.close().await?;
+        migrate(&options, &schema).await?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            // Every use of a pooled connection reads the pointer: a switch reaches readers at
+            // their next query (one round trip more per acquire).
+            .before_acquire(|conn, _| {
+                Box::pin(async move {
+                    conn.execute(generations::FOLLOW_CURRENT).await?;
+                    Ok(true)
+                })
+            })
             .connect_with(options)
             .await?;
-        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-        tracing::debug!(max_connections, "opened the postgres projection store");
+        tracing::debug!(max_connections, %schema, "opened the postgres projection store");
         Ok(Self {
             pool,
+            follows: true,
             fail_next_commit: AtomicBool::new(false),
             drop_connection_before_next_commit: AtomicBool::new(false),
         })
+    }
+
+    /// Opens the projection set of one generation (a rebuild's target), creating and migrating
+    /// its schema when needed. Nobody reads it before a switch and a rebuild can always redo it,
+    /// so its commits do not wait for the WAL flush (`synchronous_commit = off`: a server crash
+    /// loses the last batches and their offsets together, and the rebuild resumes before them);
+    /// the switch's own commit flushes the WAL past all of them.
+    pub async fn open_generation(url: &str, schema: &str) -> Result<Self> {
+        let schema = generations::checked(schema)?;
+        let (url_without_pool, max_connections) = split_pool_size(url)?;
+        let options = PgConnectOptions::from_str(&url_without_pool)?;
+        let mut conn = PgConnection::connect_with(&options).await?;
+        generations::ensure_meta(&mut conn).await?;
+        conn.execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+            .await?;
+        conn.close().await?;
+        migrate(&options, schema).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.options([("search_path", schema), ("synchronous_commit", "off")]))
+            .await?;
+        Ok(Self {
+            pool,
+            follows: false,
+            fail_next_commit: AtomicBool::new(false),
+            drop_connection_before_next_commit: AtomicBool::new(false),
+        })
+    }
+
+    /// Begins a transaction on the set it writes: the current generation, held there until
+    /// the transaction ends, for a following store.
+    async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
+        let mut tx = self.pool.begin().await?;
+        if self.follows {
+            generations::pin_transaction(&mut tx).await?;
+        }
+        Ok(tx)
     }
 
     /// Test support: the next [`ProjectionStore::commit_batch`] writes every row and then fails
@@ -367,6 +427,20 @@ fn ints<T>(rows: &[&T], column: impl Fn(&T) -> i64) -> Vec<i64> {
 
 /// Removes `max_connections=N` from a URL's query string and returns the URL and `N` (default
 /// [`DEFAULT_MAX_CONNECTIONS`]).
+/// Runs the migrations in `schema` (created beforehand), on a connection of its own.
+async fn migrate(options: &PgConnectOptions, schema: &str) -> Result<()> {
+    // A pool of one rather than a bare connection: `Migrator::run` on `&mut PgConnection` makes
+    // a future that is not `Send` for every lifetime, which spawned callers need.
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_with(options.clone().options([("search_path", schema)]))
+        .await?;
+    sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+    pool.close().await;
+    Ok(())
+}
+
 fn split_pool_size(url: &str) -> Result<(String, u32)> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_owned(), DEFAULT_MAX_CONNECTIONS));
@@ -415,7 +489,7 @@ impl ProjectionStore for PgStore {
 
     #[tracing::instrument(name = "store.postgres.commit_batch", skip_all, fields(changes = batch.changes.len()))]
     async fn commit_batch(&self, batch: ProjectionBatch) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         Self::write_changes(&mut tx, &batch.changes).await?;
         for fold in &batch.folds {
             sqlx::query(
@@ -594,6 +668,8 @@ impl ProjectionStore for PgStore {
     }
 
     async fn put_api_key(&self, key_sha256: &str, tenant: &str, label: &str) -> Result<()> {
+        // In a pinned transaction: a key is never written into a set a switch just left.
+        let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO api_keys (key_sha256, tenant_id, label, created_at) \
              VALUES ($1, $2, $3, now()) ON CONFLICT (key_sha256) DO NOTHING",
@@ -601,9 +677,18 @@ impl ProjectionStore for PgStore {
         .bind(text(key_sha256))
         .bind(text(tenant))
         .bind(text(label))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
+    }
+
+    async fn tenants(&self) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT tenant_id FROM session_folds GROUP BY tenant_id ORDER BY tenant_id COLLATE \"C\"",
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     async fn fingerprint(&self) -> Result<BTreeMap<String, (u64, String)>> {

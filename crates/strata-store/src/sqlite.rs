@@ -646,6 +646,14 @@ impl ProjectionStore for SqliteStore {
         Ok(out)
     }
 
+    async fn tenants(&self) -> Result<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT DISTINCT tenant_id FROM session_folds ORDER BY tenant_id")
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
