@@ -370,7 +370,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Replay(args) => replay::replay(opts, &args).await,
-        Command::Rebuild(args) => replay::rebuild(opts, &args).await,
+        Command::Rebuild(args) => replay::rebuild(opts, &args, wait).await,
         Command::Archive { max_records, json } => replay::archive(opts, max_records, json).await,
         Command::Bench {
             what: Some(BenchWhat::Memory),

@@ -12,6 +12,7 @@ use strata_replay::rebuild::{self, RebuildOptions};
 use strata_replay::replay::{ReplayOptions, ReplaySource, Selection};
 use strata_replay::Progress;
 use strata_runtime::{BackendOpts, Backends, DataDirLock};
+use strata_store::postgres::generations::PgGenerations;
 
 /// Options of `strata replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -51,7 +52,8 @@ pub(crate) struct ReplayArgs {
 /// Options of `strata rebuild`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RebuildArgs {
-    /// Delete an old projection set (a file name listed by `--list`) instead of rebuilding.
+    /// Delete an old projection set (a name listed by `--list`: a file of the data directory, or
+    /// a PostgreSQL schema) instead of rebuilding.
     #[arg(long, value_name = "OLD")]
     drop: Option<String>,
     /// List the projection sets and exit.
@@ -264,40 +266,50 @@ pub(crate) async fn replay(opts: &BackendOpts, args: &ReplayArgs) -> anyhow::Res
     Ok(())
 }
 
-pub(crate) async fn rebuild(opts: &BackendOpts, args: &RebuildArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        opts.db_url.is_none() && opts.log_url().starts_with("file://"),
-        "strata rebuild works on the embedded default (file log and SQLite) for now"
-    );
-    if args.list || args.drop.is_some() {
-        let _lock = DataDirLock::acquire(&opts.data_dir, "strata rebuild")?;
-        if let Some(old) = &args.drop {
-            rebuild::drop_generation(&opts.data_dir, old)?;
-            println!("dropped {old}");
-            return Ok(());
-        }
-        let gens = rebuild::generations(&opts.data_dir)?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&gens)?);
-        } else {
-            for g in gens {
-                println!(
-                    "{}{}{}",
-                    g.file,
-                    if g.current { "  (current)" } else { "" },
-                    if g.in_progress {
-                        "  (rebuild in progress)"
-                    } else {
-                        ""
-                    }
-                );
+/// Where `strata rebuild` writes: the data directory's embedded sets, or a PostgreSQL database's.
+enum RebuildTarget {
+    Embedded,
+    Postgres(String),
+}
+
+impl RebuildTarget {
+    fn of(opts: &BackendOpts) -> anyhow::Result<Self> {
+        match &opts.db_url {
+            None => Ok(Self::Embedded),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(Self::Postgres(url.clone()))
             }
+            Some(_) => anyhow::bail!(
+                "strata rebuild writes the embedded default's projection sets (no --db-url) or a \
+                 PostgreSQL database's (--db-url postgres://…); an explicit sqlite:// store has \
+                 no sets to switch between"
+            ),
         }
-        return Ok(());
     }
-    // The live set, caught up, is what the rebuilt one is verified against.
+}
+
+pub(crate) async fn rebuild(
+    opts: &BackendOpts,
+    args: &RebuildArgs,
+    wait: std::time::Duration,
+) -> anyhow::Result<()> {
+    let target = RebuildTarget::of(opts)?;
+    if args.list || args.drop.is_some() {
+        return match &target {
+            RebuildTarget::Embedded => list_or_drop_embedded(opts, args),
+            RebuildTarget::Postgres(url) => list_or_drop_postgres(url, args).await,
+        };
+    }
+    // The live set, caught up, is what the rebuilt one is verified against: an embedded set is
+    // brought up to the log here (this process holds the data directory); a shared one is
+    // written by the projector services, which this waits for instead of joining their group.
     let backends = Backends::open(opts, "strata rebuild").await?;
-    strata_projector::catch_up(&backends).await?;
+    match target {
+        RebuildTarget::Embedded => {
+            strata_projector::catch_up(&backends).await?;
+        }
+        RebuildTarget::Postgres(_) => strata_projector::bring_current(&backends, wait).await?,
+    }
     let mut sink = progress_line;
     let progress: Option<&mut (dyn FnMut(Progress) + Send)> =
         if std::io::stderr().is_terminal() && !args.json {
@@ -305,18 +317,20 @@ pub(crate) async fn rebuild(opts: &BackendOpts, args: &RebuildArgs) -> anyhow::R
         } else {
             None
         };
-    let result = rebuild::rebuild(
-        &opts.data_dir,
-        backends.log.as_ref(),
-        backends.store.as_ref(),
-        &RebuildOptions {
-            batch_events: args.batch.max(1),
-            switch: !args.no_switch,
-            ..RebuildOptions::default()
-        },
-        progress,
-    )
-    .await;
+    let options = RebuildOptions {
+        batch_events: args.batch.max(1),
+        switch: !args.no_switch,
+        ..RebuildOptions::default()
+    };
+    let (log, live) = (backends.log.as_ref(), backends.store.as_ref());
+    let result = match &target {
+        RebuildTarget::Embedded => {
+            rebuild::rebuild(&opts.data_dir, log, live, &options, progress).await
+        }
+        RebuildTarget::Postgres(url) => {
+            rebuild::rebuild_postgres(url, log, live, &options, progress).await
+        }
+    };
     if std::io::stderr().is_terminal() && !args.json {
         eprintln!();
     }
@@ -351,15 +365,74 @@ pub(crate) async fn rebuild(opts: &BackendOpts, args: &RebuildArgs) -> anyhow::R
         );
     }
     if report.switched {
+        let restart = match target {
+            RebuildTarget::Embedded => {
+                " (a running `strata dev` picks the new set up when restarted)"
+            }
+            RebuildTarget::Postgres(_) => "; running services follow at their next query",
+        };
         println!(
-            "readers switched to {}; {} kept until `strata rebuild --drop {}` \
-             (a running `strata dev` picks the new set up when restarted)",
+            "readers switched to {}; {} kept until `strata rebuild --drop {}`{restart}",
             report.file, report.previous, report.previous
         );
+        if report.switch_hold_secs > 0.0 {
+            println!(
+                "the live projector's batches were held {:.3}s for the switch",
+                report.switch_hold_secs
+            );
+        }
     } else {
         println!("readers not switched (--no-switch); run again to switch");
     }
     Ok(())
+}
+
+fn list_or_drop_embedded(opts: &BackendOpts, args: &RebuildArgs) -> anyhow::Result<()> {
+    let _lock = DataDirLock::acquire(&opts.data_dir, "strata rebuild")?;
+    if let Some(old) = &args.drop {
+        rebuild::drop_generation(&opts.data_dir, old)?;
+        println!("dropped {old}");
+        return Ok(());
+    }
+    let gens = rebuild::generations(&opts.data_dir)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&gens)?);
+        return Ok(());
+    }
+    for g in gens {
+        print_generation(&g.file, g.current, g.in_progress);
+    }
+    Ok(())
+}
+
+async fn list_or_drop_postgres(url: &str, args: &RebuildArgs) -> anyhow::Result<()> {
+    let gens = PgGenerations::connect(url).await?;
+    if let Some(old) = &args.drop {
+        gens.drop_generation(old).await?;
+        println!("dropped {old}");
+        return Ok(());
+    }
+    let list = gens.list().await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    for g in list {
+        print_generation(&g.schema, g.current, g.in_progress);
+    }
+    Ok(())
+}
+
+fn print_generation(name: &str, current: bool, in_progress: bool) {
+    println!(
+        "{name}{}{}",
+        if current { "  (current)" } else { "" },
+        if in_progress {
+            "  (rebuild in progress)"
+        } else {
+            ""
+        }
+    );
 }
 
 /// `strata archive`: copies what is new on the log into the archive in blob storage.

@@ -158,6 +158,18 @@ pub struct KafkaLog {
     producer: Mutex<Arc<FutureProducer>>,
     /// Used for watermarks, metadata and plain reads (assigned, never subscribed).
     reader: Arc<Mutex<BaseConsumer>>,
+    /// Used for plain reads only, and where its assignment stands after the last one (topic,
+    /// partition, next offset): a read that continues there keeps the assignment and what
+    /// librdkafka prefetched instead of assigning again (a rebuild reads a partition chunk after
+    /// chunk). Apart from `reader`, whose metadata and watermark requests would otherwise queue
+    /// behind this one's long-polling fetches on the broker connection.
+    streamer: Arc<Mutex<Streamer>>,
+}
+
+/// The consumer of plain reads, and where its assignment stands.
+struct Streamer {
+    consumer: BaseConsumer,
+    at: Option<(String, u32, u64)>,
 }
 
 impl std::fmt::Debug for KafkaLog {
@@ -211,6 +223,21 @@ impl KafkaLog {
             .set("enable.partition.eof", "false")
             .create()
             .map_err(|e| kafka_error("kafka reader", e))?;
+        let streamer = Arc::new(Mutex::new(Streamer {
+            consumer: options
+                .client_config()
+                .set("group.id", "strata-reader")
+                .set("enable.auto.commit", "false")
+                .set("enable.partition.eof", "false")
+                // A reader wants what is there now, not to wait for more: brokers that hold a
+                // fetch for its whole wait even when records are there (tansu does) would
+                // otherwise cost that wait per fetch.
+                .set("fetch.wait.max.ms", "10")
+                .set("max.partition.fetch.bytes", "8388608")
+                .create()
+                .map_err(|e| kafka_error("kafka reader", e))?,
+            at: None,
+        }));
         let topic_name = options.topic.clone();
         let reader = Arc::new(Mutex::new(reader));
         let r = reader.clone();
@@ -239,6 +266,7 @@ impl KafkaLog {
             partitions,
             producer,
             reader,
+            streamer,
         })
     }
 
@@ -263,20 +291,35 @@ impl KafkaLog {
         from: u64,
         max_records: usize,
     ) -> Result<Vec<LogRecord>> {
-        self.blocking(move |c| {
-            let (_, high) = c
-                .fetch_watermarks(&topic, partition as i32, TIMEOUT)
-                .map_err(|e| kafka_error("watermarks", e))?;
-            let high = high.max(0) as u64;
-            if from >= high {
-                return Ok(Vec::new());
+        let high = {
+            let topic = topic.clone();
+            self.blocking(move |c| {
+                let (_, high) = c
+                    .fetch_watermarks(&topic, partition as i32, TIMEOUT)
+                    .map_err(|e| kafka_error("watermarks", e))?;
+                Ok(high.max(0) as u64)
+            })
+            .await?
+        };
+        if from >= high {
+            return Ok(Vec::new());
+        }
+        let streamer = self.streamer.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut streamer = streamer.lock().map_err(|_| Error::Closed)?;
+            let Streamer { consumer: c, at } = &mut *streamer;
+            let continues = at
+                .as_ref()
+                .is_some_and(|(t, p, next)| *t == topic && *p == partition && *next == from);
+            if !continues {
+                *at = None;
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition_offset(&topic, partition as i32, Offset::Offset(from as i64))
+                    .map_err(|e| kafka_error("assign", e))?;
+                c.assign(&tpl).map_err(|e| kafka_error("assign", e))?;
             }
-            let mut tpl = TopicPartitionList::new();
-            tpl.add_partition_offset(&topic, partition as i32, Offset::Offset(from as i64))
-                .map_err(|e| kafka_error("assign", e))?;
-            c.assign(&tpl).map_err(|e| kafka_error("assign", e))?;
             let want = ((high - from) as usize).min(max_records);
-            let mut out = Vec::with_capacity(want);
+            let mut out: Vec<LogRecord> = Vec::with_capacity(want);
             let deadline = std::time::Instant::now() + TIMEOUT;
             while out.len() < want && std::time::Instant::now() < deadline {
                 match c.poll(Duration::from_millis(100)) {
@@ -292,10 +335,22 @@ impl KafkaLog {
                     Some(Err(e)) => return Err(kafka_error("read", e)),
                 }
             }
-            let _ = c.unassign();
+            // The assignment stays for a read that continues where this one stopped, as long
+            // as the records came in order with no gap.
+            let contiguous = out
+                .iter()
+                .enumerate()
+                .all(|(i, r)| r.offset == from + i as u64);
+            if contiguous && out.len() == want {
+                *at = Some((topic, partition, from + want as u64));
+            } else {
+                *at = None;
+                let _ = c.unassign();
+            }
             Ok(out)
         })
         .await
+        .map_err(|_| Error::Closed)?
     }
 }
 

@@ -1,11 +1,17 @@
-//! `strata rebuild` on the embedded default: the log from offset 0 into a new projection set
-//! (`strata.gen-N.db` beside `strata.db`), verified against the live set at the same offsets, then
-//! made current by rewriting the data directory's store pointer
-//! ([`strata_runtime::STORE_POINTER`]) with an atomic rename. The old set stays until
-//! [`drop_generation`].
+//! `strata rebuild`: the log (embedded or Kafka, read outside any consumer group) from offset 0
+//! into a new projection set, verified against the live set at the same offsets, then made
+//! current. The old set stays until it is dropped.
 //!
-//! While a rebuild is under way, `rebuild.state` names its set; a rebuild started after a crash
-//! resumes there, from the offsets the set committed with its last batch.
+//! - Embedded ([`rebuild`]): the new set is `strata.gen-N.db` beside `strata.db`, made current by
+//!   rewriting the data directory's store pointer ([`strata_runtime::STORE_POINTER`]) with an
+//!   atomic rename. While a rebuild is under way, `rebuild.state` names its set.
+//! - PostgreSQL ([`rebuild_postgres`]): the new set is the schema `strata_gen_N` beside the
+//!   current one, made current in the database's generation pointer while the live projector's
+//!   batches are held (see [`strata_store::postgres::generations`]); the projector and every
+//!   reader follow without a restart. `strata_meta.generation.rebuilding` names the set under way.
+//!
+//! Either way a rebuild started after a crash resumes the set under way, from the offsets it
+//! committed with its last batch.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -15,15 +21,17 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{ConnectOptions, Connection, Row};
+use sqlx::{ConnectOptions, Connection};
 use strata_log::EventLog;
 use strata_runtime::{current_store_file, DEFAULT_STORE_FILE, STORE_POINTER};
+use strata_store::postgres::generations::{PgGenerations, RebuildClaim};
+use strata_store::postgres::PgStore;
 use strata_store::sqlite::SqliteStore;
 use strata_store::{Offsets, ProjectionStore};
 
 use crate::fold::Folder;
 use crate::source::{offsets_of, LogReader, Progress, Ticker};
-use crate::verify::{compare, Verification};
+use crate::verify::{compare, compare_moved, Verification};
 use crate::{io_err, Error, Result};
 
 /// The file naming the rebuild under way.
@@ -102,6 +110,9 @@ pub struct RebuildReport {
     pub write_wait_secs: f64,
     /// Seconds spent verifying.
     pub verify_secs: f64,
+    /// Seconds the live projector's batches were held for the switch (PostgreSQL): the last
+    /// catch-up, the comparison of what it moved, and the switch itself.
+    pub switch_hold_secs: f64,
     /// The verification; `None` when the run stopped early.
     pub verification: Option<Verification>,
     /// Whether readers now use the rebuilt set.
@@ -272,19 +283,6 @@ pub fn drop_generation(data_dir: &Path, file: &str) -> Result<()> {
     remove_set(&path)
 }
 
-/// Tenants with projected sessions in an embedded set.
-async fn tenants_of(path: &Path) -> Result<BTreeSet<String>> {
-    let mut conn = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
-        .read_only(true)
-        .connect()
-        .await?;
-    let rows = sqlx::query("SELECT DISTINCT tenant_id FROM session_folds")
-        .fetch_all(&mut conn)
-        .await?;
-    conn.close().await?;
-    Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
-}
-
 /// Copies the operator's API keys from the live set into the rebuilt one (keys are not on the log).
 async fn copy_api_keys(live: &Path, target: &Path) -> Result<()> {
     let mut conn = SqliteConnectOptions::from_str(&format!("sqlite://{}", target.display()))?
@@ -331,6 +329,67 @@ pub async fn rebuild(
     options: &RebuildOptions,
     progress: Option<&mut (dyn FnMut(Progress) + Send)>,
 ) -> Result<RebuildReport> {
+    let target = open_embedded(data_dir).await?;
+    run(target, log, live, options, progress).await
+}
+
+/// Rebuilds the PostgreSQL projections of the database `url` names from `log` into a new
+/// schema (see [`strata_store::postgres::generations`]) while the live projector keeps
+/// writing the current one; `live` is a store opened on `url` (it follows the current set). The
+/// switch holds the live projector's batches for the last catch-up and comparison only.
+pub async fn rebuild_postgres(
+    url: &str,
+    log: &dyn EventLog,
+    live: &dyn ProjectionStore,
+    options: &RebuildOptions,
+    progress: Option<&mut (dyn FnMut(Progress) + Send)>,
+) -> Result<RebuildReport> {
+    let generations = PgGenerations::connect(url).await?;
+    let previous = generations.current().await?;
+    let claim = generations.claim_rebuild().await?;
+    let store = Arc::new(PgStore::open_generation(url, &claim.schema).await?);
+    // Resumed or not, what the schema committed is durable (or lost with its offsets).
+    let target = Target {
+        name: claim.schema.clone(),
+        previous,
+        resumed: claim.resumed,
+        started_over: false,
+        store: store.clone(),
+        kind: TargetKind::Postgres {
+            generations,
+            _claim: claim,
+        },
+    };
+    run(target, log, live, options, progress).await
+}
+
+/// The set a rebuild writes, and where it lives.
+struct Target {
+    /// File (embedded) or schema (PostgreSQL).
+    name: String,
+    /// The set readers use now.
+    previous: String,
+    resumed: bool,
+    started_over: bool,
+    store: Arc<dyn ProjectionStore>,
+    kind: TargetKind,
+}
+
+#[expect(clippy::large_enum_variant, reason = "one value per rebuild")]
+enum TargetKind {
+    Embedded {
+        data_dir: PathBuf,
+        store: Arc<SqliteStore>,
+    },
+    Postgres {
+        generations: PgGenerations,
+        /// Keeps a second rebuild out until this one ends.
+        _claim: RebuildClaim,
+    },
+}
+
+/// Claims (or resumes) the next embedded set of `data_dir`.
+async fn open_embedded(data_dir: &Path) -> Result<Target> {
     let previous = current_store_file(data_dir);
     let mut started_over = false;
     let (file, resumed) = match read_state(data_dir)? {
@@ -380,19 +439,79 @@ pub async fn rebuild(
     // No reader uses the new set before the switch, and it is rebuildable by definition: it is
     // written without fsync (see `State::resumable` for resuming it) and made durable once,
     // before the switch.
-    let target = Arc::new(SqliteStore::open_bulk(&path.display().to_string()).await?);
+    let store = Arc::new(SqliteStore::open_bulk(&path.display().to_string()).await?);
+    Ok(Target {
+        name: file,
+        previous,
+        resumed,
+        started_over,
+        store: store.clone(),
+        kind: TargetKind::Embedded {
+            data_dir: data_dir.to_owned(),
+            store,
+        },
+    })
+}
+
+/// Tenants of either set.
+async fn tenants(
+    live: &dyn ProjectionStore,
+    target: &dyn ProjectionStore,
+) -> Result<BTreeSet<String>> {
+    let mut out: BTreeSet<String> = live.tenants().await?.into_iter().collect();
+    out.extend(target.tenants().await?);
+    Ok(out)
+}
+
+/// Folds what the log holds below `to` and the target has not yet; returns the sessions touched.
+async fn fold_up_to(
+    folder: &mut Folder,
+    reader: &mut LogReader,
+    log: &dyn EventLog,
+    target: &dyn ProjectionStore,
+    to: &Offsets,
+    report: &mut RebuildReport,
+) -> Result<BTreeSet<(String, String)>> {
+    let mut touched = BTreeSet::new();
+    reader.extend_to(to);
+    while let Some(chunk) = reader.next_chunk(log).await? {
+        let events = chunk.len() as u64;
+        touched.extend(
+            chunk
+                .iter()
+                .map(|(_, e)| (e.tenant_id.clone(), e.session_id.clone())),
+        );
+        let stats = folder.fold(target, chunk).await?;
+        report.events += events;
+        report.applied += stats.applied;
+        report.duplicates += stats.duplicates;
+    }
+    folder.flush(target).await?;
+    Ok(touched)
+}
+
+/// The rebuild itself, whatever the target: fold to the head, verify against the live set at
+/// the same offsets, switch.
+async fn run(
+    target: Target,
+    log: &dyn EventLog,
+    live: &dyn ProjectionStore,
+    options: &RebuildOptions,
+    progress: Option<&mut (dyn FnMut(Progress) + Send)>,
+) -> Result<RebuildReport> {
     crate::fold::warm_tokenizer();
-    let start = target.offsets(&options.group).await?;
+    let store = target.store.clone();
+    let start = store.offsets(&options.group).await?;
     let mut folder = Folder::new(&options.group, !start.is_empty(), options.fold_workers);
     let head = offsets_of(&log.end_offsets().await?);
     let mut reader = LogReader::new(&start, &head);
     let mut ticker = Ticker::new(progress);
     let mut total = reader.remaining();
     let mut report = RebuildReport {
-        file: file.clone(),
-        previous: previous.clone(),
-        resumed,
-        started_over,
+        file: target.name.clone(),
+        previous: target.previous.clone(),
+        resumed: target.resumed,
+        started_over: target.started_over,
         events: 0,
         applied: 0,
         duplicates: 0,
@@ -402,6 +521,7 @@ pub async fn rebuild(
         apply_secs: 0.0,
         write_wait_secs: 0.0,
         verify_secs: 0.0,
+        switch_hold_secs: 0.0,
         verification: None,
         switched: false,
         stopped_early: false,
@@ -418,7 +538,7 @@ pub async fn rebuild(
         while let Some(chunk) = next? {
             let events = chunk.len() as u64;
             let ((stats, fold_secs), (following, read_secs)) = tokio::join!(
-                timed(folder.fold(target.as_ref(), chunk)),
+                timed(folder.fold(store.as_ref(), chunk)),
                 timed(reader.next_chunk(log))
             );
             let stats = stats?;
@@ -433,8 +553,8 @@ pub async fn rebuild(
                 settle(inflight.take()).await?;
                 report.write_wait_secs += t.elapsed().as_secs_f64();
                 if let Some(batch) = folder.take_batch() {
-                    let t = target.clone();
-                    inflight = Some(tokio::spawn(async move { t.commit_batch(batch).await }));
+                    let s = store.clone();
+                    inflight = Some(tokio::spawn(async move { s.commit_batch(batch).await }));
                 }
                 if options.stop_after.is_some_and(|n| report.events >= n) {
                     settle(inflight.take()).await?;
@@ -447,7 +567,7 @@ pub async fn rebuild(
         }
         let t = Instant::now();
         settle(inflight.take()).await?;
-        folder.flush(target.as_ref()).await?;
+        folder.flush(store.as_ref()).await?;
         report.write_wait_secs += t.elapsed().as_secs_f64();
         let head = offsets_of(&log.end_offsets().await?);
         reader.extend_to(&head);
@@ -458,7 +578,6 @@ pub async fn rebuild(
     }
     report.fold_secs = ticker.elapsed().as_secs_f64();
     report.events_per_sec = report.events as f64 / report.fold_secs.max(1e-9);
-    report.undecodable = reader.undecodable;
     ticker.finish(report.events, total, folder.session_count() as u64, 0);
 
     // Verify at the live set's offsets: fold up to them, compare, and accept the comparison only
@@ -467,7 +586,7 @@ pub async fn rebuild(
     let deadline = Instant::now() + options.verify_timeout;
     let verification = loop {
         let live_offsets = live.offsets(&options.group).await?;
-        let ours = target.offsets(&options.group).await?;
+        let ours = store.offsets(&options.group).await?;
         let behind = ours
             .iter()
             .any(|(p, o)| live_offsets.get(p).copied().unwrap_or(0) < *o);
@@ -482,26 +601,18 @@ pub async fn rebuild(
             continue;
         }
         if live_offsets != ours {
-            let mut to = Offsets::new();
-            to.extend(live_offsets.iter().map(|(p, o)| (*p, *o)));
-            reader.extend_to(&to);
-            while let Some(chunk) = reader.next_chunk(log).await? {
-                let events = chunk.len() as u64;
-                let stats = folder.fold(target.as_ref(), chunk).await?;
-                report.events += events;
-                report.applied += stats.applied;
-                report.duplicates += stats.duplicates;
-            }
-            folder.flush(target.as_ref()).await?;
+            fold_up_to(
+                &mut folder,
+                &mut reader,
+                log,
+                store.as_ref(),
+                &live_offsets,
+                &mut report,
+            )
+            .await?;
             continue;
         }
-        let mut tenants = tenants_of(&path).await?;
-        tenants.extend(
-            tenants_of(&data_dir.join(&previous))
-                .await
-                .unwrap_or_default(),
-        );
-        let v = compare(live, target.as_ref(), &tenants).await?;
+        let v = compare(live, store.as_ref(), &tenants(live, store.as_ref()).await?).await?;
         if live.offsets(&options.group).await? == live_offsets {
             break v;
         }
@@ -512,6 +623,7 @@ pub async fn rebuild(
         }
     };
     report.verify_secs = verify_started.elapsed().as_secs_f64();
+    report.undecodable = reader.undecodable;
     let ok = verification.ok();
     report.verification = Some(verification.clone());
     if !ok {
@@ -519,25 +631,74 @@ pub async fn rebuild(
             verification.differences.join("; "),
         ));
     }
-    copy_api_keys(&data_dir.join(&previous), &path).await?;
-    target.make_durable().await?;
-    if !options.switch {
-        // Durable now: a later run may resume it after a restart of the machine too.
-        write_state(
+    match &target.kind {
+        TargetKind::Embedded {
             data_dir,
-            &State {
-                file: file.clone(),
-                unsynced: false,
-                boot_id: None,
-            },
-        )?;
+            store: sqlite,
+        } => {
+            let path = data_dir.join(&target.name);
+            copy_api_keys(&data_dir.join(&target.previous), &path).await?;
+            sqlite.make_durable().await?;
+            if options.switch {
+                write_atomic(
+                    data_dir,
+                    STORE_POINTER,
+                    format!("{}\n", target.name).as_bytes(),
+                )?;
+                let state = data_dir.join(STATE_FILE);
+                std::fs::remove_file(&state).map_err(io_err(state))?;
+                report.switched = true;
+            } else {
+                // Durable now: a later run may resume it after a restart of the machine too.
+                write_state(
+                    data_dir,
+                    &State {
+                        file: target.name.clone(),
+                        unsynced: false,
+                        boot_id: None,
+                    },
+                )?;
+            }
+        }
+        TargetKind::Postgres { generations, .. } if options.switch => {
+            // Hold the live projector's batches, catch up with the last one it committed and
+            // compare what moved; switch, or release it with nothing changed.
+            let held = Instant::now();
+            let lock = generations.lock_for_switch().await?;
+            if lock.current() != target.previous {
+                return Err(Error::VerificationFailed(format!(
+                    "readers moved to {} during the rebuild (from {})",
+                    lock.current(),
+                    target.previous
+                )));
+            }
+            let live_offsets = live.offsets(&options.group).await?;
+            if live_offsets != store.offsets(&options.group).await? {
+                let touched = fold_up_to(
+                    &mut folder,
+                    &mut reader,
+                    log,
+                    store.as_ref(),
+                    &live_offsets,
+                    &mut report,
+                )
+                .await?;
+                let v = compare_moved(live, store.as_ref(), &touched).await?;
+                if !v.ok() {
+                    report.verification = Some(v.clone());
+                    return Err(Error::VerificationFailed(v.differences.join("; ")));
+                }
+            }
+            lock.switch_to(&target.name).await?;
+            report.switch_hold_secs = held.elapsed().as_secs_f64();
+            report.switched = true;
+        }
+        // Not switched: the claim stays in strata_meta, and a later run resumes the set.
+        TargetKind::Postgres { .. } => {}
     }
-    if options.switch {
-        write_atomic(data_dir, STORE_POINTER, format!("{file}\n").as_bytes())?;
-        let state = data_dir.join(STATE_FILE);
-        std::fs::remove_file(&state).map_err(io_err(state))?;
-        report.switched = true;
-        tracing::info!(from = %previous, to = %file, "readers switched to the rebuilt projection set");
+    if report.switched {
+        tracing::info!(from = %target.previous, to = %target.name,
+            "readers switched to the rebuilt projection set");
     }
     Ok(report)
 }

@@ -290,15 +290,6 @@ impl PgGenerations {
         Ok(SwitchLock { tx, current })
     }
 
-    /// Marks the set a rebuild finished without switching as no longer in progress.
-    pub async fn finish_without_switch(&self, schema: &str) -> Result<()> {
-        sqlx::query("UPDATE strata_meta.generation SET rebuilding = NULL WHERE rebuilding = $1")
-            .bind(schema)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
     /// Drops a projection set readers no longer use and no rebuild is writing.
     pub async fn drop_generation(&self, schema: &str) -> Result<()> {
         let schema = checked(schema)?;
