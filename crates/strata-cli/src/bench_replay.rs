@@ -12,7 +12,22 @@ use strata_runtime::{BackendOpts, Backends};
 /// Sessions replayed by the bench.
 const REPLAY_SESSIONS: usize = 10;
 
-pub(crate) async fn run(events: u64, sessions: usize) -> anyhow::Result<()> {
+/// The servers of the Kafka figures; without them those are skipped (said in the output).
+#[derive(Debug, clap::Args)]
+pub(crate) struct KafkaServers {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "STRATA_TEST_KAFKA_BROKERS")]
+    kafka: Option<String>,
+    /// PostgreSQL URL of a role that may create databases.
+    #[arg(long, env = "STRATA_TEST_POSTGRES_URL")]
+    postgres: Option<String>,
+}
+
+pub(crate) async fn run(
+    events: u64,
+    sessions: usize,
+    servers: &KafkaServers,
+) -> anyhow::Result<()> {
     let sessions = sessions.max(1);
     let per = (events / sessions as u64).max(10);
     println!(
@@ -83,6 +98,14 @@ pub(crate) async fn run(events: u64, sessions: usize) -> anyhow::Result<()> {
         report.verify_secs
     );
 
+    match (&servers.kafka, &servers.postgres) {
+        (Some(kafka), Some(postgres)) => from_kafka(kafka, postgres, &all).await?,
+        _ => println!(
+            "{:<60} {:>14}",
+            "rebuild from Kafka", "skipped: no --kafka/--postgres"
+        ),
+    }
+
     // Replay assembles at every model call point (about one event in three): a subset of the
     // sessions keeps the run short.
     let replayed: Vec<String> = (0..sessions.min(REPLAY_SESSIONS))
@@ -125,4 +148,118 @@ pub(crate) async fn run(events: u64, sessions: usize) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The same events on a fresh Kafka topic: the live projector into PostgreSQL, then rebuilds
+/// from the topic into a new PostgreSQL schema and into a new embedded SQLite set.
+async fn from_kafka(
+    brokers: &str,
+    postgres: &str,
+    events: &[strata_core::Event],
+) -> anyhow::Result<()> {
+    let run_id = format!(
+        "{}x{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis()
+    );
+    let n = events.len() as u64;
+    let dir = tempfile::tempdir()?;
+    let database = crate::bench_distributed::Database::create(
+        postgres,
+        format!("strata_bench_rebuild_{run_id}"),
+    )
+    .await?;
+    let log_url = format!("kafka://{brokers}/strata-bench-rebuild-{run_id}?partitions=4");
+    let result = async {
+        let opts = BackendOpts {
+            log_url: Some(log_url.clone()),
+            db_url: Some(database.url.clone()),
+            blob_url: Some(format!("file://{}", dir.path().join("blobs").display())),
+            ..BackendOpts::embedded(dir.path())
+        };
+        let backends = Backends::open(&opts, "strata bench replay").await?;
+        let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+        let started = Instant::now();
+        for chunk in events.chunks(1000) {
+            ingestor
+                .ingest(
+                    &Publisher::Operator,
+                    chunk.iter().cloned().map(|e| (e, None)).collect(),
+                )
+                .await?;
+        }
+        println!(
+            "{:<60} {:>10.0} ev/s",
+            format!("ingest onto Kafka ({n} events, 4 partitions)"),
+            n as f64 / started.elapsed().as_secs_f64()
+        );
+        let started = Instant::now();
+        strata_projector::catch_up(&backends).await?;
+        println!(
+            "{:<60} {:>10.0} ev/s",
+            "live projector: Kafka → PostgreSQL",
+            n as f64 / started.elapsed().as_secs_f64()
+        );
+        let report = rebuild::rebuild_postgres(
+            &database.url,
+            backends.log.as_ref(),
+            backends.store.as_ref(),
+            &RebuildOptions::default(),
+            None,
+        )
+        .await?;
+        println!(
+            "{:<60} {:>10.0} ev/s",
+            "rebuild: Kafka → new PostgreSQL schema (fold + write)", report.events_per_sec
+        );
+        println!(
+            "{:<60} {:>14}",
+            "  split: read+decode / fold / wait for writes (s)",
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                report.read_secs, report.apply_secs, report.write_wait_secs
+            )
+        );
+        println!(
+            "{:<60} {:>14}",
+            "  verification / live projector held for the switch (s)",
+            format!("{:.2} / {:.3}", report.verify_secs, report.switch_hold_secs)
+        );
+
+        // Kafka into the embedded default: its own live set first, in a data directory.
+        let sqlite_dir = tempfile::tempdir()?;
+        let opts = BackendOpts {
+            log_url: Some(log_url.clone()),
+            blob_url: Some(format!("file://{}", dir.path().join("blobs").display())),
+            ..BackendOpts::embedded(sqlite_dir.path())
+        };
+        let embedded = Backends::open(&opts, "strata bench replay").await?;
+        strata_projector::catch_up(&embedded).await?;
+        let report = rebuild::rebuild(
+            sqlite_dir.path(),
+            embedded.log.as_ref(),
+            embedded.store.as_ref(),
+            &RebuildOptions::default(),
+            None,
+        )
+        .await?;
+        println!(
+            "{:<60} {:>10.0} ev/s",
+            "rebuild: Kafka → new SQLite set (fold + write)", report.events_per_sec
+        );
+        println!(
+            "{:<60} {:>14}",
+            "  split: read+decode / fold / wait for writes (s)",
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                report.read_secs, report.apply_secs, report.write_wait_secs
+            )
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    database.drop().await;
+    result
 }

@@ -166,6 +166,10 @@ enum BenchWhat {
         /// Sessions they are spread over.
         #[arg(long, default_value_t = 200)]
         sessions: usize,
+        /// Also rebuild from Kafka (into SQLite and into PostgreSQL), with the servers from
+        /// `scripts/services.sh env`.
+        #[command(flatten)]
+        servers: bench_replay::KafkaServers,
     },
     /// The scenario suite of SPEC §10 instead: transcript replay against assembled context,
     /// and whether every must-keep fact held (exit status 1 when one did not).
@@ -382,9 +386,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ..
         } => bench_policies::run(&sizes, assemblies).await,
         Command::Bench {
-            what: Some(BenchWhat::Replay { events, sessions }),
+            what:
+                Some(BenchWhat::Replay {
+                    events,
+                    sessions,
+                    servers,
+                }),
             ..
-        } => bench_replay::run(events, sessions).await,
+        } => bench_replay::run(events, sessions, &servers).await,
         Command::Bench {
             what: Some(BenchWhat::Scenarios { dir, json }),
             ..
