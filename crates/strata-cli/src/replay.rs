@@ -320,6 +320,8 @@ pub(crate) async fn rebuild(
     let options = RebuildOptions {
         batch_events: args.batch.max(1),
         switch: !args.no_switch,
+        // Only read when the log no longer holds a record (retention).
+        archive: Some(backends.blobs.clone()),
         ..RebuildOptions::default()
     };
     let (log, live) = (backends.log.as_ref(), backends.store.as_ref());
@@ -355,6 +357,12 @@ pub(crate) async fn rebuild(
         report.events_per_sec,
         report.duplicates
     );
+    if report.archived > 0 {
+        println!(
+            "{} records the log no longer holds were read from the archive",
+            report.archived
+        );
+    }
     if let Some(v) = v {
         println!(
             "verified against {} in {:.2}s: {} tables, {} sessions equal",

@@ -291,17 +291,19 @@ impl KafkaLog {
         from: u64,
         max_records: usize,
     ) -> Result<Vec<LogRecord>> {
-        let high = {
+        let (low, high) = {
             let topic = topic.clone();
             self.blocking(move |c| {
-                let (_, high) = c
+                let (low, high) = c
                     .fetch_watermarks(&topic, partition as i32, TIMEOUT)
                     .map_err(|e| kafka_error("watermarks", e))?;
-                Ok(high.max(0) as u64)
+                Ok((low.max(0) as u64, high.max(0) as u64))
             })
             .await?
         };
-        if from >= high {
+        // Below the low watermark retention dropped the records: nothing to read there (the
+        // consumer would otherwise jump to wherever `auto.offset.reset` says).
+        if from >= high || from < low {
             return Ok(Vec::new());
         }
         let streamer = self.streamer.clone();

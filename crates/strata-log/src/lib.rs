@@ -139,7 +139,8 @@ pub trait EventLog: Debug + Send + Sync + 'static {
     /// The next offset to be written, per partition (Kafka's high watermark).
     async fn end_offsets(&self) -> Result<Vec<u64>>;
 
-    /// Reads up to `max_records` records of `partition` from offset `from` (inclusive).
+    /// Reads up to `max_records` records of `partition` from offset `from` (inclusive); none when
+    /// `from` is at the end, or below what the log still keeps (Kafka retention).
     async fn read(&self, partition: u32, from: u64, max_records: usize) -> Result<Vec<LogRecord>>;
 
     /// Offsets committed by `group` (empty for an unknown group).

@@ -259,19 +259,89 @@ pub async fn read_all(blobs: &BlobStore) -> Result<Vec<LogRecord>> {
     let mut segments = manifest.segments.clone();
     segments.sort_by_key(|s| (s.partition, s.from));
     let mut out = Vec::new();
-    for s in segments {
-        let bytes = blobs
-            .get_object(&s.path)
-            .await
-            .map_err(blob_err)?
-            .ok_or_else(|| Error::Invalid(format!("archive file {} is missing", s.path)))?;
-        if strata_core::sha256_hex(&bytes) != s.sha256 {
-            return Err(Error::Invalid(format!(
-                "archive file {} does not match its hash",
-                s.path
-            )));
-        }
-        out.extend(decode(&bytes)?);
+    for s in &segments {
+        out.extend(read_segment(blobs, s).await?);
     }
     Ok(out)
+}
+
+/// The records of one archived file, checked against its hash.
+pub async fn read_segment(blobs: &BlobStore, segment: &Segment) -> Result<Vec<LogRecord>> {
+    let bytes = blobs
+        .get_object(&segment.path)
+        .await
+        .map_err(blob_err)?
+        .ok_or_else(|| Error::Invalid(format!("archive file {} is missing", segment.path)))?;
+    if strata_core::sha256_hex(&bytes) != segment.sha256 {
+        return Err(Error::Invalid(format!(
+            "archive file {} does not match its hash",
+            segment.path
+        )));
+    }
+    decode(&bytes)
+}
+
+/// Reads what the log no longer keeps from the archive, one file at a time (the last one read
+/// is kept decoded: readers go through a file chunk by chunk).
+pub(crate) struct ArchiveReader {
+    blobs: BlobStore,
+    manifest: Option<Manifest>,
+    file: Option<(Segment, Vec<LogRecord>)>,
+    /// Records handed out so far.
+    pub(crate) records: u64,
+}
+
+impl std::fmt::Debug for ArchiveReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArchiveReader")
+            .field("records", &self.records)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ArchiveReader {
+    pub(crate) fn new(blobs: BlobStore) -> Self {
+        Self {
+            blobs,
+            manifest: None,
+            file: None,
+            records: 0,
+        }
+    }
+
+    /// Up to `max` archived records of `partition` from offset `from` (below `end`); empty when
+    /// no archived file holds `from`.
+    pub(crate) async fn read(
+        &mut self,
+        partition: u32,
+        from: u64,
+        end: u64,
+        max: usize,
+    ) -> Result<Vec<LogRecord>> {
+        let holds = |s: &Segment| s.partition == partition && s.from <= from && from < s.to;
+        if !self.file.as_ref().is_some_and(|(s, _)| holds(s)) {
+            if self.manifest.is_none() {
+                self.manifest = Some(manifest(&self.blobs).await?);
+            }
+            let Some(segment) = self
+                .manifest
+                .as_ref()
+                .and_then(|m| m.segments.iter().find(|s| holds(s)))
+                .cloned()
+            else {
+                return Ok(Vec::new());
+            };
+            let records = read_segment(&self.blobs, &segment).await?;
+            self.file = Some((segment, records));
+        }
+        let (_, records) = self.file.as_ref().expect("loaded above");
+        let out: Vec<LogRecord> = records
+            .iter()
+            .filter(|r| r.offset >= from && r.offset < end)
+            .take(max)
+            .cloned()
+            .collect();
+        self.records += out.len() as u64;
+        Ok(out)
+    }
 }

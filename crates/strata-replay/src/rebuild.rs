@@ -61,6 +61,9 @@ pub struct RebuildOptions {
     pub verify_timeout: Duration,
     /// Test support: stop (as a crash would) once this many events were committed in this run.
     pub stop_after: Option<u64>,
+    /// The blob store holding the log's archive (`strata archive`): records the log no longer
+    /// keeps (retention) are read from it.
+    pub archive: Option<strata_blob::BlobStore>,
 }
 
 impl Default for RebuildOptions {
@@ -75,6 +78,7 @@ impl Default for RebuildOptions {
             switch: true,
             verify_timeout: Duration::from_secs(30),
             stop_after: None,
+            archive: None,
         }
     }
 }
@@ -122,6 +126,8 @@ pub struct RebuildReport {
     /// Undecodable records passed over (the live consumers set them aside in the dead-letter
     /// queue).
     pub undecodable: u64,
+    /// Records read from the archive because the log no longer kept them.
+    pub archived: u64,
 }
 
 /// What `rebuild.state` records about the rebuild under way.
@@ -505,6 +511,9 @@ async fn run(
     let mut folder = Folder::new(&options.group, !start.is_empty(), options.fold_workers);
     let head = offsets_of(&log.end_offsets().await?);
     let mut reader = LogReader::new(&start, &head);
+    if let Some(blobs) = &options.archive {
+        reader = reader.with_archive(blobs.clone());
+    }
     let mut ticker = Ticker::new(progress);
     let mut total = reader.remaining();
     let mut report = RebuildReport {
@@ -526,6 +535,7 @@ async fn run(
         switched: false,
         stopped_early: false,
         undecodable: 0,
+        archived: 0,
     };
 
     // Fold to the head, then to wherever the head moved meanwhile. The next chunk is read and
@@ -624,6 +634,7 @@ async fn run(
     };
     report.verify_secs = verify_started.elapsed().as_secs_f64();
     report.undecodable = reader.undecodable;
+    report.archived = reader.archived();
     let ok = verification.ok();
     report.verification = Some(verification.clone());
     if !ok {

@@ -9,6 +9,7 @@ use strata_core::Event;
 use strata_log::EventLog;
 use strata_store::Offsets;
 
+use crate::archive::ArchiveReader;
 use crate::{Error, Result};
 
 /// Records read per partition per call.
@@ -23,6 +24,8 @@ pub(crate) struct LogReader {
     /// Undecodable records passed over: the live consumers set them aside in the dead-letter
     /// queue and move on, so a rebuild or replay that matches them must skip them too.
     pub(crate) undecodable: u64,
+    /// Where records the log no longer keeps (retention) are read from, if anywhere.
+    pub(crate) archive: Option<ArchiveReader>,
 }
 
 impl LogReader {
@@ -36,7 +39,19 @@ impl LogReader {
             to: to.clone(),
             codec: AvroCodec::new(),
             undecodable: 0,
+            archive: None,
         }
+    }
+
+    /// Reads records the log no longer keeps from the archive in `blobs`.
+    pub(crate) fn with_archive(mut self, blobs: strata_blob::BlobStore) -> Self {
+        self.archive = Some(ArchiveReader::new(blobs));
+        self
+    }
+
+    /// Records read from the archive so far.
+    pub(crate) fn archived(&self) -> u64 {
+        self.archive.as_ref().map_or(0, |a| a.records)
     }
 
     /// Records left to read.
@@ -70,11 +85,21 @@ impl LogReader {
         };
         let end = self.to[&p];
         let want = ((end - from) as usize).min(READ_CHUNK);
-        let records = log.read(p, from, want).await?;
+        let mut records = log.read(p, from, want).await?;
+        if records.is_empty() {
+            if let Some(archive) = self.archive.as_mut() {
+                records = archive.read(p, from, end, want).await?;
+            }
+        }
         if records.is_empty() {
             return Err(Error::Invalid(format!(
                 "log partition {p} returned no record at offset {from} below its end {end} \
-                 (retention may have dropped it)"
+                 (retention may have dropped it{})",
+                if self.archive.is_some() {
+                    ", and no archived file holds it"
+                } else {
+                    "; `strata archive` keeps a copy that rebuild reads"
+                }
             )));
         }
         let mut out = Vec::with_capacity(records.len());
