@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{ConnectOptions as _, Connection as _, PgPool, Postgres, Row, Transaction};
 use strata_core::assembly::Snapshot;
 use strata_core::projection::{Change, SessionFold, ToolStatus};
 
@@ -51,9 +51,23 @@ impl PgStore {
     /// `application_name`, …), plus `max_connections=N` for the size of the pool
     /// (default [`DEFAULT_MAX_CONNECTIONS`]), which is removed before connecting. Waiting for a
     /// pooled connection times out after [`ACQUIRE_TIMEOUT`].
+    ///
+    /// A server that cannot be reached fails the open at once with the reason (connection
+    /// refused, no answer within [`ACQUIRE_TIMEOUT`], …), an error [`Error::is_transient`] says
+    /// is worth retrying; the pool's own connection attempts would instead wait out the whole
+    /// acquire timeout and report only that it expired.
     pub async fn open(url: &str) -> Result<Self> {
         let (url_without_pool, max_connections) = split_pool_size(url)?;
         let options = PgConnectOptions::from_str(&url_without_pool)?;
+        match tokio::time::timeout(ACQUIRE_TIMEOUT, options.connect()).await {
+            Ok(first) => first?.close().await?,
+            Err(_) => {
+                return Err(Error::Database(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {} s", ACQUIRE_TIMEOUT.as_secs()),
+                ))))
+            }
+        }
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
