@@ -71,10 +71,22 @@ pub enum Error {
     /// stored value.
     #[error("hot state unavailable: {0}")]
     Unavailable(String),
+    /// The server answered but refused the connection (a login it rejects, a client setting it
+    /// does not accept): retrying does not help.
+    #[error("hot state refused the connection: {0}")]
+    Refused(String),
     /// The backend holds a value this build cannot read (damaged, or written by a build with
     /// another layout). The message names the operation, never the value.
     #[error("hot state holds an unreadable value: {0}")]
     Corrupt(String),
+}
+
+impl Error {
+    /// Whether retrying may succeed: the backend could not be reached or failed
+    /// ([`Error::Unavailable`]). A malformed URL or an unreadable value is not.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unavailable(_))
+    }
 }
 
 /// Result with the hot state's [`Error`].

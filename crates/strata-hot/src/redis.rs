@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script};
+use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
 
 use crate::{redact_url, Error, HotState, ProjectedSession, Result};
 
@@ -141,10 +141,24 @@ impl RedisHotState {
         let conn = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| {
-                Error::Unavailable(format!(
-                    "redis connect to {endpoint} failed: {}",
-                    describe(&e)
-                ))
+                let message = format!("redis connect to {endpoint} failed: {}", describe(&e));
+                // Unreachable, or busy loading its data: retrying may succeed. A refused login
+                // or a client setting the server rejects does not change by retrying.
+                let passing = e.is_io_error()
+                    || matches!(
+                        e.kind(),
+                        ErrorKind::Server(
+                            ServerErrorKind::BusyLoading
+                                | ServerErrorKind::TryAgain
+                                | ServerErrorKind::MasterDown
+                                | ServerErrorKind::ClusterDown
+                        )
+                    );
+                if passing {
+                    Error::Unavailable(message)
+                } else {
+                    Error::Refused(message)
+                }
             })?;
         Ok(Self {
             conn,
@@ -406,8 +420,24 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+        assert!(
+            err.is_transient(),
+            "an unreachable server is worth retrying: {err}"
+        );
         let text = format!("{err} {err:?}");
         assert!(text.contains("connect"), "{text}");
         assert!(!text.contains("hunter2"), "password leaked: {text}");
+    }
+
+    #[tokio::test]
+    async fn a_malformed_url_is_not_transient() {
+        for url in ["redis://:hunter2@h:1/?ttl_secs=0", "redis://:hunter2@[::1/"] {
+            let err = RedisHotState::open(url).await.unwrap_err();
+            assert!(!err.is_transient(), "{url}: {err}");
+            assert!(
+                !err.to_string().contains("hunter2"),
+                "password leaked: {err}"
+            );
+        }
     }
 }

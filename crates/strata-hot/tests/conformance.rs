@@ -612,3 +612,17 @@ mod redis_only {
         }
     }
 }
+
+/// A login the server refuses fails the open with an error retrying does not fix (a service
+/// exits with it at startup instead of waiting).
+#[tokio::test]
+async fn a_refused_login_is_not_transient() {
+    let Some(url) = redis_url() else {
+        return;
+    };
+    // The test server has no password: a login with one is refused.
+    let url = url.replacen("redis://", "redis://strata:hunter2@", 1);
+    let err = strata_hot::open(&url).await.unwrap_err();
+    assert!(!err.is_transient(), "{err}");
+    assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+}

@@ -33,6 +33,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::{
@@ -143,11 +144,66 @@ impl KafkaOptions {
     }
 }
 
+/// Maps a client error of operation `what`. Errors of the brokers' availability (unreachable,
+/// timed out, no leader or controller yet) get an I/O error kind that [`Error::is_transient`]
+/// retries; the rest (a bad client setting, an authorization failure, …) stay `Other`.
 fn kafka_error(what: &str, e: KafkaError) -> Error {
+    let code = match &e {
+        KafkaError::AdminOp(code) => Some(*code),
+        e => e.rdkafka_error_code(),
+    };
     Error::Io {
         path: what.to_owned(),
-        source: std::io::Error::other(e.to_string()),
+        source: std::io::Error::new(io_kind(code), e.to_string()),
     }
+}
+
+/// The I/O error kind of an rdkafka error code: `TimedOut` or `NotConnected` when the brokers
+/// could not be reached or did not answer in time, `Other` otherwise.
+fn io_kind(code: Option<RDKafkaErrorCode>) -> std::io::ErrorKind {
+    use std::io::ErrorKind;
+    use RDKafkaErrorCode as C;
+    match code {
+        Some(C::OperationTimedOut | C::RequestTimedOut | C::MessageTimedOut | C::TimedOutQueue) => {
+            ErrorKind::TimedOut
+        }
+        Some(
+            C::BrokerTransportFailure
+            | C::Resolve
+            | C::AllBrokersDown
+            | C::LeaderNotAvailable
+            | C::BrokerNotAvailable
+            | C::ReplicaNotAvailable
+            | C::NetworkException
+            | C::CoordinatorLoadInProgress
+            | C::CoordinatorNotAvailable
+            | C::NotCoordinator
+            | C::NotController
+            | C::NotEnoughReplicas,
+        ) => ErrorKind::NotConnected,
+        _ => ErrorKind::Other,
+    }
+}
+
+/// Connects to the bootstrap brokers (`host:port[,host:port]`) over TCP, each bounded by
+/// `timeout`, until one accepts. librdkafka retries an unreachable broker silently until its
+/// request times out; this says at once, and why, when none can be reached.
+async fn reach_a_broker(brokers: &str, timeout: Duration) -> Result<()> {
+    let mut reasons = Vec::new();
+    for broker in brokers.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+        match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(broker)).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) => reasons.push(format!("{broker}: {e}")),
+            Err(_) => reasons.push(format!("{broker}: no answer within {timeout:?}")),
+        }
+    }
+    Err(Error::Io {
+        path: "kafka brokers".into(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            format!("no broker reachable ({})", reasons.join("; ")),
+        ),
+    })
 }
 
 /// The log on a Kafka topic.
@@ -183,7 +239,12 @@ impl std::fmt::Debug for KafkaLog {
 
 impl KafkaLog {
     /// Connects, creates the topic when missing, and reads its partition count.
+    ///
+    /// Brokers that cannot be reached fail it with an error [`Error::is_transient`] retries: none
+    /// of the bootstrap brokers accepts a connection, or the topic could not be created or
+    /// described within 10 s.
     pub async fn open(options: KafkaOptions) -> Result<KafkaLog> {
+        reach_a_broker(&options.brokers, TIMEOUT).await?;
         let admin: AdminClient<DefaultClientContext> = options
             .client_config()
             .create()
@@ -202,7 +263,9 @@ impl KafkaLog {
         let results = admin
             .create_topics(
                 [&topic, &dead_letters],
-                &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
+                &AdminOptions::new()
+                    .operation_timeout(Some(TIMEOUT))
+                    .request_timeout(Some(TIMEOUT)),
             )
             .await
             .map_err(|e| kafka_error("create topic", e))?;
@@ -210,6 +273,13 @@ impl KafkaLog {
             match r {
                 Ok(t) => tracing::info!(topic = %t, "created topic"),
                 Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                // The cluster is not ready yet (no controller, brokers starting): retry later.
+                Err((t, code)) if io_kind(Some(code)) != std::io::ErrorKind::Other => {
+                    return Err(Error::Io {
+                        path: format!("create topic {t}"),
+                        source: std::io::Error::new(io_kind(Some(code)), code.to_string()),
+                    })
+                }
                 Err((t, code)) => {
                     return Err(Error::Config(format!("cannot create topic {t}: {code}")))
                 }
@@ -255,9 +325,13 @@ impl KafkaLog {
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
-            Err(Error::Config(format!(
-                "topic {topic_name} has no partitions"
-            )))
+            Err(Error::Io {
+                path: format!("topic {topic_name}"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no partitions in its metadata after 5 s",
+                ),
+            })
         })
         .await
         .map_err(|_| Error::Closed)??;
@@ -788,5 +862,44 @@ mod tests {
         assert!(KafkaOptions::from_url("kafka://127.0.0.1:9092", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://h:1/t?partitions=0", 8).is_err());
         assert!(KafkaOptions::from_url("kafka://h:1/t?bogus=1", 8).is_err());
+    }
+
+    #[tokio::test]
+    async fn unreachable_brokers_fail_the_open_at_once_and_are_transient() {
+        // Port 1 on loopback refuses connections.
+        let started = std::time::Instant::now();
+        let err = crate::open("kafka://127.0.0.1:1/t", crate::FileLogOptions::default())
+            .await
+            .unwrap_err();
+        assert!(err.is_transient(), "{err}");
+        assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_malformed_url_is_not_transient() {
+        for url in [
+            "kafka://127.0.0.1:1/t?bogus=1",
+            "kafka://127.0.0.1:1",
+            "kafkaa://h/t",
+        ] {
+            let err = crate::open(url, crate::FileLogOptions::default())
+                .await
+                .unwrap_err();
+            assert!(!err.is_transient(), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn availability_codes_are_transient_and_the_rest_is_not() {
+        let io = |code| Error::Io {
+            path: "t".into(),
+            source: std::io::Error::new(io_kind(Some(code)), "x"),
+        };
+        assert!(io(RDKafkaErrorCode::OperationTimedOut).is_transient());
+        assert!(io(RDKafkaErrorCode::AllBrokersDown).is_transient());
+        assert!(io(RDKafkaErrorCode::NotController).is_transient());
+        assert!(!io(RDKafkaErrorCode::InvalidReplicationFactor).is_transient());
+        assert!(!io(RDKafkaErrorCode::TopicAuthorizationFailed).is_transient());
     }
 }

@@ -59,6 +59,36 @@ pub enum Error {
     Closed,
 }
 
+impl Error {
+    /// Whether retrying may succeed: an I/O error of a kind that passes (the brokers could not
+    /// be reached or did not answer in time, a connection dropped, the disk is full). A malformed
+    /// URL, an inconsistent configuration, a corrupt record or a file the process may not open
+    /// are not: retrying gives the same answer.
+    pub fn is_transient(&self) -> bool {
+        use std::io::ErrorKind as K;
+        match self {
+            Error::Io { source, .. } => matches!(
+                source.kind(),
+                K::ConnectionRefused
+                    | K::ConnectionReset
+                    | K::ConnectionAborted
+                    | K::NotConnected
+                    | K::BrokenPipe
+                    | K::TimedOut
+                    | K::Interrupted
+                    | K::WouldBlock
+                    | K::UnexpectedEof
+                    | K::AddrNotAvailable
+                    | K::HostUnreachable
+                    | K::NetworkUnreachable
+                    | K::NetworkDown
+                    | K::StorageFull
+            ),
+            _ => false,
+        }
+    }
+}
+
 /// Result with the log's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -136,7 +136,7 @@ impl Projector {
 
     /// What this projector says about itself: failing while a backend outage keeps its batches
     /// from committing. Serve it on `/readyz` with
-    /// [`strata_runtime::admin::run_worker_with_health`].
+    /// [`strata_runtime::admin::admin_routes_with_health`].
     pub fn health(&self) -> WorkerHealth {
         self.health.clone()
     }

@@ -1,11 +1,13 @@
 //! `/healthz`, `/readyz` and `/metrics`, served by every service.
 //!
+//! These are the routes once the backends are open; before, while a service waits for them,
+//! [`crate::startup::Service`] answers on the same port (`/readyz` 503 naming what it waits for).
+//!
 //! `/readyz` answers 503 while a backend does not answer its ping (each ping is bounded by
 //! [`PING_TIMEOUT`], so a probe never hangs on a dead server) or while the service's own work
 //! reports a failure ([`WorkerHealth`]): a consumer that keeps failing on a backend is taken out
 //! of rotation even when that backend's ping happens to pass.
 
-use std::future::IntoFuture as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -137,13 +139,14 @@ async fn ready(State(r): State<Readiness>) -> Result<String, ApiError> {
 /// A boxed error, for what a worker returns.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Runs a consumer service: `work` gets a future that resolves on SIGTERM or Ctrl-C, while the
-/// admin endpoints are served on `listen`. When `work` returns (after a signal, or on its own),
-/// the admin server stops too.
+/// Runs a consumer service on backends opened already: `work` gets a future that resolves on
+/// SIGTERM or Ctrl-C, while the admin endpoints are served on `listen`. When `work` returns
+/// (after a signal, or on its own), the admin server stops too. A service binary serves its port
+/// before it opens its backends instead: see [`crate::startup::Service`].
 pub async fn run_worker<T, E, Fut>(
     backends: Backends,
     listen: std::net::SocketAddr,
-    work: impl FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> Fut,
+    work: impl FnOnce(crate::startup::Stop) -> Fut,
 ) -> Result<T, BoxError>
 where
     Fut: std::future::Future<Output = Result<T, E>>,
@@ -158,32 +161,14 @@ pub async fn run_worker_with_health<T, E, Fut>(
     backends: Backends,
     listen: std::net::SocketAddr,
     health: WorkerHealth,
-    work: impl FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> Fut,
+    work: impl FnOnce(crate::startup::Stop) -> Fut,
 ) -> Result<T, BoxError>
 where
     Fut: std::future::Future<Output = Result<T, E>>,
     E: Into<BoxError>,
 {
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    tracing::info!(address = %listener.local_addr()?, "admin endpoints listening");
-    let server = tokio::spawn(
-        axum::serve(listener, admin_routes_with_health(backends, health))
-            .with_graceful_shutdown(stopped(stop_rx.clone()))
-            .into_future(),
-    );
-    let stop_tx = std::sync::Arc::new(stop_tx);
-    let signal_tx = stop_tx.clone();
-    let signal = tokio::spawn(async move {
-        crate::shutdown_signal().await;
-        let _ = signal_tx.send(true);
-    });
-    let result = work(Box::pin(stopped(stop_rx))).await.map_err(Into::into);
-    signal.abort();
-    let _ = stop_tx.send(true);
-    server.await??;
-    result
+    crate::startup::Service::bind(listen, "worker")
+        .await?
+        .run_worker(admin_routes_with_health(backends, health), work)
+        .await
 }

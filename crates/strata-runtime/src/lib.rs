@@ -1,9 +1,13 @@
 //! Plumbing shared by Strata's service binaries and the `strata` CLI: backends chosen by URL
 //! ([`BackendOpts`], [`Backends`]), the data-directory lock ([`DataDirLock`]), per-tenant API keys
-//! ([`auth`]), JSON errors for HTTP ([`ApiError`]), logging and shutdown.
+//! ([`auth`]), JSON errors for HTTP ([`ApiError`]), logging and shutdown, and the start of a
+//! service that serves its port while it waits for its backends ([`startup::Service`]).
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use strata_blob::BlobStore;
 use strata_codec::AvroCodec;
@@ -16,6 +20,9 @@ pub mod auth;
 mod error;
 mod lock;
 pub mod metrics;
+pub mod startup;
+
+use admin::WorkerHealth;
 
 pub use error::ApiError;
 pub use lock::DataDirLock;
@@ -42,6 +49,29 @@ pub enum Error {
         source: std::io::Error,
     },
 }
+
+impl Error {
+    /// Whether retrying may succeed: a server could not be reached, dropped the connection or
+    /// did not answer in time (see each backend's `is_transient`). A malformed URL, an unknown
+    /// scheme or parameter, a data directory locked by another process, a refused login or a
+    /// migration that fails on its SQL are not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Log(e) => e.is_transient(),
+            Error::Store(e) => e.is_transient(),
+            Error::Hot(e) => e.is_transient(),
+            // Opening a blob store does not contact it: what fails here is its URL or its local
+            // directory (an unreachable S3 shows in `/readyz`, whose ping does contact it).
+            Error::Blob(_) | Error::Locked(_) | Error::Io { .. } => false,
+        }
+    }
+}
+
+/// First wait after a failed attempt to open a backend; doubled after each further failure up
+/// to [`MAX_OPEN_BACKOFF`].
+pub const FIRST_OPEN_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest wait between two attempts to open a backend.
+pub const MAX_OPEN_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Backend URLs (SPEC §3), from flags or the environment. Unset URLs default to the embedded
 /// backends under `--data-dir`.
@@ -172,8 +202,41 @@ pub struct Backends {
 
 impl Backends {
     /// Opens every backend `opts` names. When one lives in the data directory, the directory is
-    /// locked first for `holder` (a short description of this process, shown to others).
+    /// locked first for `holder` (a short description of this process, shown to others). The
+    /// first failure is returned: see [`Backends::open_with_retry`] for a service's start.
     pub async fn open(opts: &BackendOpts, holder: &str) -> Result<Backends, Error> {
+        let opened = Self::open_with(opts, holder, None).await?;
+        Ok(opened.expect("an open that does not retry is never stopped"))
+    }
+
+    /// Opens every backend `opts` names, waiting for the ones that cannot be reached yet: an
+    /// attempt that fails with a transient error ([`Error::is_transient`]: connection refused,
+    /// reset or timed out) is logged at warn with the backend, its URL (user information
+    /// redacted) and the reason, reported on `health` (`waiting for the projection store
+    /// (postgres://***@db/strata): …`) and retried after a backoff that starts at
+    /// [`FIRST_OPEN_BACKOFF`] and doubles up to [`MAX_OPEN_BACKOFF`]. Backends already open stay
+    /// open meanwhile. Any other error is returned at once.
+    ///
+    /// `None` when `shutdown` resolves first (during an attempt or a backoff).
+    pub async fn open_with_retry(
+        opts: &BackendOpts,
+        holder: &str,
+        health: &WorkerHealth,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<Option<Backends>, Error> {
+        tokio::pin!(shutdown);
+        let retrying = Retrying {
+            health,
+            shutdown: shutdown.as_mut(),
+        };
+        Self::open_with(opts, holder, Some(retrying)).await
+    }
+
+    async fn open_with(
+        opts: &BackendOpts,
+        holder: &str,
+        mut retry: Option<Retrying<'_>>,
+    ) -> Result<Option<Backends>, Error> {
         let lock = if opts.uses_data_dir() {
             std::fs::create_dir_all(&opts.data_dir).map_err(|source| Error::Io {
                 path: opts.data_dir.clone(),
@@ -183,19 +246,34 @@ impl Backends {
         } else {
             None
         };
-        let log = strata_log::open(
-            &opts.log_url(),
-            FileLogOptions {
-                partitions: opts.partitions,
-                fsync: opts.fsync,
-                ..FileLogOptions::default()
-            },
-        )
-        .await?;
-        let store = strata_store::open(&opts.db_url()).await?;
-        let hot = strata_hot::open(&opts.hot_url()).await?;
+        let log_url = opts.log_url();
+        let log_options = FileLogOptions {
+            partitions: opts.partitions,
+            fsync: opts.fsync,
+            ..FileLogOptions::default()
+        };
+        let log = attempt(&mut retry, "log", &log_url, || {
+            strata_log::open(&log_url, log_options.clone())
+        });
+        let Some(log) = log.await? else {
+            return Ok(None);
+        };
+        let db_url = opts.db_url();
+        let store = attempt(&mut retry, "projection store", &db_url, || {
+            strata_store::open(&db_url)
+        });
+        let Some(store) = store.await? else {
+            return Ok(None);
+        };
+        let hot_url = opts.hot_url();
+        let hot = attempt(&mut retry, "hot state", &hot_url, || {
+            strata_hot::open(&hot_url)
+        });
+        let Some(hot) = hot.await? else {
+            return Ok(None);
+        };
         let blobs = BlobStore::open(&opts.blob_url())?;
-        Ok(Backends {
+        Ok(Some(Backends {
             log,
             store,
             hot,
@@ -203,12 +281,77 @@ impl Backends {
             codec: AvroCodec::new(),
             data_dir: opts.data_dir.clone(),
             _lock: lock,
-        })
+        }))
     }
 
     /// Path of a file inside the data directory.
     pub fn data_path(&self, name: &str) -> PathBuf {
         self.data_dir.join(name)
+    }
+}
+
+/// What [`Backends::open_with_retry`] reports on and stops at.
+struct Retrying<'a> {
+    health: &'a WorkerHealth,
+    shutdown: Pin<&'a mut (dyn Future<Output = ()> + Send + 'a)>,
+}
+
+/// Opens the `what` backend at `url` with `open`: once without `retry`; with it, again after
+/// each transient failure until it opens (`Some`) or the shutdown resolves (`None`).
+async fn attempt<T, E, F>(
+    retry: &mut Option<Retrying<'_>>,
+    what: &str,
+    url: &str,
+    mut open: impl FnMut() -> F,
+) -> Result<Option<T>, Error>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Into<Error>,
+{
+    let Some(retry) = retry else {
+        return open().await.map(Some).map_err(Into::into);
+    };
+    let url = strata_store::redact(url);
+    retry
+        .health
+        .failing(format!("starting: opening the {what} ({url})"));
+    let mut backoff = FIRST_OPEN_BACKOFF;
+    let mut failures = 0u32;
+    loop {
+        let result = tokio::select! {
+            biased;
+            _ = retry.shutdown.as_mut() => return Ok(None),
+            r = open() => r.map_err(Into::into),
+        };
+        match result {
+            Ok(opened) => {
+                if failures > 0 {
+                    tracing::info!(backend = what, %url, failures, "backend reachable; opened");
+                }
+                return Ok(Some(opened));
+            }
+            Err(e) if !e.is_transient() => return Err(e),
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(
+                    backend = what,
+                    %url,
+                    attempt = failures,
+                    retry_in_ms = backoff.as_millis() as u64,
+                    error = %e,
+                    "cannot open a backend; retrying"
+                );
+                retry
+                    .health
+                    .failing(format!("waiting for the {what} ({url}): {e}"));
+                tokio::select! {
+                    biased;
+                    _ = retry.shutdown.as_mut() => return Ok(None),
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(MAX_OPEN_BACKOFF);
+            }
+        }
     }
 }
 
@@ -226,6 +369,29 @@ pub fn init_tracing(default_level: &str) {
     } else {
         builder.try_init()
     };
+}
+
+/// Listens for Ctrl-C and SIGTERM from now on (a signal that arrives before the returned future
+/// is first polled is not lost, unlike with [`shutdown_signal`]); the future resolves on the
+/// first.
+pub fn listen_for_shutdown() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = interrupt.recv() => {},
+            }
+            tracing::info!("shutdown requested");
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(shutdown_signal())
+    }
 }
 
 /// Resolves when the process is asked to stop: Ctrl-C or SIGTERM.

@@ -72,6 +72,37 @@ pub enum Error {
     Generation(String),
 }
 
+impl Error {
+    /// Whether retrying may succeed: the server could not be reached, dropped the connection,
+    /// did not answer in time, is starting up or shutting down, or is out of connections or
+    /// space. A malformed URL, a refused login, a missing database or a migration that fails on
+    /// its SQL are not: retrying gives the same answer.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Database(e) => is_transient_sqlx(e),
+            Error::Migrate(
+                sqlx::migrate::MigrateError::Execute(e)
+                | sqlx::migrate::MigrateError::ExecuteMigration(e, _),
+            ) => is_transient_sqlx(e),
+            _ => false,
+        }
+    }
+}
+
+fn is_transient_sqlx(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut => true,
+        // SQLSTATE classes 08 (connection exception) and 53 (insufficient resources: too many
+        // connections, disk full), and 57P01..57P03 (the server shuts down, crashed or starts).
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08")
+                || code.starts_with("53")
+                || matches!(code.as_ref(), "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
+    }
+}
+
 /// Result with the store's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -184,8 +215,9 @@ pub async fn open(url: &str) -> Result<Arc<dyn ProjectionStore>> {
     }
 }
 
-/// A URL with any password replaced, for messages.
-fn redact(url: &str) -> String {
+/// A URL with its user information (user and password) replaced by `***`, for messages and
+/// logs.
+pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
         _ => url.to_owned(),

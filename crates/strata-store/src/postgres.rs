@@ -60,10 +60,30 @@ impl PgStore {
     /// `application_name`, …), plus `max_connections=N` for the size of the pool
     /// (default [`DEFAULT_MAX_CONNECTIONS`]), which is removed before connecting. Waiting for a
     /// pooled connection times out after [`ACQUIRE_TIMEOUT`].
+    ///
+    /// A server that cannot be reached fails the open at once with the reason (connection
+    /// refused, no answer within [`ACQUIRE_TIMEOUT`], …), an error [`Error::is_transient`] says
+    /// is worth retrying; the pool's own connection attempts would instead wait out the whole
+    /// acquire timeout and report only that it expired.
     pub async fn open(url: &str) -> Result<Self> {
         let (url_without_pool, max_connections) = split_pool_size(url)?;
         let options = PgConnectOptions::from_str(&url_without_pool)?;
-        let mut conn = PgConnection::connect_with(&options).await?;
+        // One connection first: an unreachable server fails here at once with the reason
+        // (a pool would wait out its acquire timeout and say only that).
+        let mut conn = match tokio::time::timeout(
+            ACQUIRE_TIMEOUT,
+            PgConnection::connect_with(&options),
+        )
+        .await
+        {
+            Ok(first) => first?,
+            Err(_) => {
+                return Err(Error::Database(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {} s", ACQUIRE_TIMEOUT.as_secs()),
+                ))))
+            }
+        };
         generations::ensure_meta(&mut conn).await?;
         let schema = generations::current(&mut conn).await?;
         conn.close().await?;

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use clap::Parser;
 use strata_assembler::{http, Assembler, AssemblerOptions};
 use strata_ingest::{IngestOptions, Ingestor};
-use strata_runtime::{BackendOpts, Backends};
+use strata_runtime::startup::Service;
+use strata_runtime::BackendOpts;
 
 /// Compiles the next model call's context and explains it.
 #[derive(Debug, Parser)]
@@ -32,7 +33,11 @@ struct Opts {
 async fn main() -> anyhow::Result<()> {
     strata_runtime::init_tracing("info");
     let opts = Opts::parse();
-    let backends = Backends::open(&opts.backends, "strata-assembler").await?;
+    // The port answers at once: 503 until the backends are open (see strata_runtime::startup).
+    let service = Service::bind(opts.listen, "strata-assembler").await?;
+    let Some(backends) = service.open_backends(&opts.backends).await? else {
+        return Ok(());
+    };
     let ingestor = Arc::new(Ingestor::new(
         backends.clone(),
         IngestOptions {
@@ -49,11 +54,9 @@ async fn main() -> anyhow::Result<()> {
             ..AssemblerOptions::default()
         }),
     );
-    strata_runtime::serve(
-        http::routes(assembler),
-        opts.listen,
-        strata_runtime::shutdown_signal(),
-    )
-    .await?;
+    service
+        .serve(http::routes(assembler))
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! `strata-compactor`: the compactor service.
 
 use clap::Parser;
-use strata_runtime::{BackendOpts, Backends};
+use strata_runtime::admin::admin_routes;
+use strata_runtime::startup::Service;
+use strata_runtime::BackendOpts;
 
 /// Consumes the log in the compactor's consumer group.
 #[derive(Debug, Parser)]
@@ -27,15 +29,20 @@ struct Opts {
 async fn main() -> anyhow::Result<()> {
     strata_runtime::init_tracing("info");
     let opts = Opts::parse();
-    let backends = Backends::open(&opts.backends, "strata-compactor").await?;
+    // The port answers at once: /readyz 503 until the backends are open (see
+    // strata_runtime::startup).
+    let service = Service::bind(opts.admin_listen, "strata-compactor").await?;
+    let Some(backends) = service.open_backends(&opts.backends).await? else {
+        return Ok(());
+    };
     let worker = backends.clone();
     let group = opts.group.clone();
     let mut planner = strata_compactor::Planner::new(strata_compactor::CompactorOptions {
         threshold: opts.threshold,
         keep_turns: opts.keep_turns,
     });
-    let (stats, by_type) =
-        strata_runtime::admin::run_worker(backends, opts.admin_listen, |stop| async move {
+    let (stats, by_type) = service
+        .run_worker(admin_routes(backends), |stop| async move {
             strata_compactor::run_with(&worker, &group, &mut planner, stop).await
         })
         .await

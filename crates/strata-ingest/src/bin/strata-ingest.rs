@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 use strata_ingest::{http, IngestOptions, Ingestor};
-use strata_runtime::{BackendOpts, Backends};
+use strata_runtime::startup::Service;
+use strata_runtime::BackendOpts;
 
 /// Validates, deduplicates and sequences events, and appends them to the log.
 #[derive(Debug, Parser)]
@@ -28,7 +29,11 @@ struct Opts {
 async fn main() -> anyhow::Result<()> {
     strata_runtime::init_tracing("info");
     let opts = Opts::parse();
-    let backends = Backends::open(&opts.backends, "strata-ingest").await?;
+    // The port answers at once: 503 until the backends are open (see strata_runtime::startup).
+    let service = Service::bind(opts.listen, "strata-ingest").await?;
+    let Some(backends) = service.open_backends(&opts.backends).await? else {
+        return Ok(());
+    };
     let admin = strata_runtime::admin::admin_routes(backends.clone());
     let ingestor = Arc::new(Ingestor::new(
         backends,
@@ -39,6 +44,9 @@ async fn main() -> anyhow::Result<()> {
         },
     ));
     let router = http::routes(ingestor).merge(admin);
-    strata_runtime::serve(router, opts.listen, strata_runtime::shutdown_signal()).await?;
+    service
+        .serve(router)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! `strata-memory`: the memory extractor service.
 
 use clap::Parser;
-use strata_runtime::{BackendOpts, Backends};
+use strata_runtime::admin::admin_routes;
+use strata_runtime::startup::Service;
+use strata_runtime::BackendOpts;
 
 /// Consumes the log in the memory extractor's consumer group.
 #[derive(Debug, Parser)]
@@ -21,11 +23,16 @@ struct Opts {
 async fn main() -> anyhow::Result<()> {
     strata_runtime::init_tracing("info");
     let opts = Opts::parse();
-    let backends = Backends::open(&opts.backends, "strata-memory").await?;
+    // The port answers at once: /readyz 503 until the backends are open (see
+    // strata_runtime::startup).
+    let service = Service::bind(opts.admin_listen, "strata-memory").await?;
+    let Some(backends) = service.open_backends(&opts.backends).await? else {
+        return Ok(());
+    };
     let worker = backends.clone();
     let group = opts.group.clone();
-    let (stats, by_type) =
-        strata_runtime::admin::run_worker(backends, opts.admin_listen, |stop| async move {
+    let (stats, by_type) = service
+        .run_worker(admin_routes(backends), |stop| async move {
             strata_memory::run(&worker, &group, stop).await
         })
         .await

@@ -2,7 +2,9 @@
 
 use clap::Parser;
 use strata_projector::{Projector, ProjectorOptions};
-use strata_runtime::{BackendOpts, Backends};
+use strata_runtime::admin::admin_routes_with_health;
+use strata_runtime::startup::Service;
+use strata_runtime::BackendOpts;
 
 /// Consumes the log in the projector group and writes the projections.
 #[derive(Debug, Parser)]
@@ -25,7 +27,12 @@ struct Opts {
 async fn main() -> anyhow::Result<()> {
     strata_runtime::init_tracing("info");
     let opts = Opts::parse();
-    let backends = Backends::open(&opts.backends, "strata-projector").await?;
+    // The port answers at once: /readyz 503 until the backends are open (see
+    // strata_runtime::startup).
+    let service = Service::bind(opts.admin_listen, "strata-projector").await?;
+    let Some(backends) = service.open_backends(&opts.backends).await? else {
+        return Ok(());
+    };
     let projector = Projector::start(
         backends.clone(),
         ProjectorOptions {
@@ -36,11 +43,10 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     // /readyz fails while the projector's batches keep failing (a backend outage).
-    let health = projector.health();
-    strata_runtime::admin::run_worker_with_health(backends, opts.admin_listen, health, |stop| {
-        projector.run(stop)
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!(e))?;
+    let admin = admin_routes_with_health(backends, projector.health());
+    service
+        .run_worker(admin, |stop| projector.run(stop))
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
     Ok(())
 }
