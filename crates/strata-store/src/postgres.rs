@@ -70,20 +70,17 @@ impl PgStore {
         let options = PgConnectOptions::from_str(&url_without_pool)?;
         // One connection first: an unreachable server fails here at once with the reason
         // (a pool would wait out its acquire timeout and say only that).
-        let mut conn = match tokio::time::timeout(
-            ACQUIRE_TIMEOUT,
-            PgConnection::connect_with(&options),
-        )
-        .await
-        {
-            Ok(first) => first?,
-            Err(_) => {
-                return Err(Error::Database(sqlx::Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {} s", ACQUIRE_TIMEOUT.as_secs()),
-                ))))
-            }
-        };
+        let mut conn =
+            match tokio::time::timeout(ACQUIRE_TIMEOUT, PgConnection::connect_with(&options)).await
+            {
+                Ok(first) => first?,
+                Err(_) => {
+                    return Err(Error::Database(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {} s", ACQUIRE_TIMEOUT.as_secs()),
+                    ))))
+                }
+            };
         generations::ensure_meta(&mut conn).await?;
         let schema = generations::current(&mut conn).await?;
         conn.close().await?;
@@ -92,7 +89,14 @@ impl PgStore {
             .max_connections(max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             // Every use of a pooled connection reads the pointer: a switch reaches readers at
-            // their next query (one round trip more per acquire).
+            // their next query (one round trip more per acquire). `before_acquire` runs for
+            // idle connections only; a new one is pointed by `after_connect`.
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    conn.execute(generations::FOLLOW_CURRENT).await?;
+                    Ok(())
+                })
+            })
             .before_acquire(|conn, _| {
                 Box::pin(async move {
                     conn.execute(generations::FOLLOW_CURRENT).await?;

@@ -59,7 +59,13 @@ async fn a_switch_holds_the_projector_and_sends_its_batch_to_the_new_set() {
     let Some((url, admin_url, name)) = fresh_database().await else {
         return;
     };
-    let live = std::sync::Arc::new(PgStore::open(&url).await.unwrap());
+    // A pool larger than the readers below can share: some of them get new connections.
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let live = std::sync::Arc::new(
+        PgStore::open(&format!("{url}{sep}max_connections=8"))
+            .await
+            .unwrap(),
+    );
     live.commit_batch(offsets(5)).await.unwrap();
     live.put_api_key("k1", "acme", "test").await.unwrap();
 
@@ -96,7 +102,15 @@ async fn a_switch_holds_the_projector_and_sends_its_batch_to_the_new_set() {
     batch.await.unwrap().unwrap();
     drop(claim);
 
-    assert_eq!(live.offsets(GROUP).await.unwrap(), Offsets::from([(0, 7)]));
+    // Every connection follows, idle ones and the ones the pool opens for concurrent readers.
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..12 {
+        let live = live.clone();
+        readers.spawn(async move { live.offsets(GROUP).await.unwrap() });
+    }
+    while let Some(read) = readers.join_next().await {
+        assert_eq!(read.unwrap(), Offsets::from([(0, 7)]));
+    }
     assert_eq!(
         target.offsets(GROUP).await.unwrap(),
         Offsets::from([(0, 7)])
