@@ -111,9 +111,16 @@ enum Command {
         /// Most records per file.
         #[arg(long, default_value_t = 50_000)]
         max_records: usize,
-        /// Print a JSON summary.
+        /// Print a JSON summary (one line per pass with --follow).
         #[arg(long)]
         json: bool,
+        /// Run as the archiver service: a pass every `--interval-secs` until SIGTERM/SIGINT,
+        /// failed passes retried at the next one. Run one archiver per log.
+        #[arg(long)]
+        follow: bool,
+        /// Seconds between passes with --follow.
+        #[arg(long, default_value_t = 60, requires = "follow")]
+        interval_secs: u64,
     },
     /// Rebuild the projections from the log into a new set, verify it and switch readers to it.
     Rebuild(replay::RebuildArgs),
@@ -375,7 +382,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Replay(args) => replay::replay(opts, &args).await,
         Command::Rebuild(args) => replay::rebuild(opts, &args, wait).await,
-        Command::Archive { max_records, json } => replay::archive(opts, max_records, json).await,
+        Command::Archive {
+            max_records,
+            json,
+            follow,
+            interval_secs,
+        } => {
+            let every = follow.then(|| Duration::from_secs(interval_secs.max(1)));
+            replay::archive(opts, max_records, json, every).await
+        }
         Command::Bench {
             what: Some(BenchWhat::Memory),
             ..

@@ -448,20 +448,41 @@ pub(crate) async fn archive(
     opts: &BackendOpts,
     max_records: usize,
     json: bool,
+    follow: Option<std::time::Duration>,
 ) -> anyhow::Result<()> {
     let (log, _lock) = open_log(opts, "strata archive").await?;
     let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
-    let report = strata_replay::archive::archive(log.as_ref(), &blobs, max_records).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!(
-            "archived {} records in {} files to {}; archive ends at {:?}",
-            report.records,
-            report.files,
-            blobs.name(),
-            report.ends
-        );
+    let shutdown = strata_runtime::shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let report = strata_replay::archive::archive(log.as_ref(), &blobs, max_records).await;
+        let report = match (report, follow) {
+            (Ok(report), _) => report,
+            (Err(e), None) => return Err(e.into()),
+            // As a service, an outage is waited out: the next pass starts where the manifest
+            // says the archive ends, so nothing is copied twice or skipped.
+            (Err(e), Some(_)) => {
+                tracing::warn!(error = %e, "archive pass failed; retrying at the next one");
+                strata_replay::archive::ArchiveReport::default()
+            }
+        };
+        if json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else if follow.is_none() || report.records > 0 {
+            println!(
+                "archived {} records in {} files to {}; archive ends at {:?}",
+                report.records,
+                report.files,
+                blobs.name(),
+                report.ends
+            );
+        }
+        let Some(every) = follow else {
+            return Ok(());
+        };
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = &mut shutdown => return Ok(()),
+        }
     }
-    Ok(())
 }
