@@ -16,7 +16,7 @@
 pub mod generations;
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -26,7 +26,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres, Row, Transaction};
 use strata_core::assembly::Snapshot;
-use strata_core::projection::{Change, SessionFold, ToolStatus};
+use strata_core::projection::{Change, SessionFold, ToolCallRow, ToolResultRow, ToolStatus};
 
 use crate::common::{self, Dialect};
 use crate::{Error, Offsets, ProjectionBatch, ProjectionStore, Result, SessionSummary};
@@ -41,6 +41,13 @@ const DIALECT: Dialect = Dialect {
     stored_text: text,
     insertion_order: "call_order",
 };
+
+/// A tool call to insert, with what the same batch says about its outcome.
+struct CallRow<'a> {
+    call: &'a ToolCallRow,
+    status: ToolStatus,
+    result: Option<&'a ToolResultRow>,
+}
 
 /// PostgreSQL-backed projections.
 #[derive(Debug)]
@@ -169,13 +176,42 @@ impl PgStore {
     async fn write_changes(tx: &mut Transaction<'_, Postgres>, changes: &[Change]) -> Result<()> {
         let mut events = Vec::new();
         let mut messages = Vec::new();
-        let mut calls = Vec::new();
+        let mut calls: Vec<CallRow<'_>> = Vec::new();
+        let mut call_index: HashMap<(&str, &str, &str), usize> = HashMap::new();
         let mut updates = Vec::new();
         for c in changes {
             match c {
                 Change::Event(e) => events.push(e),
                 Change::Message(m) => messages.push(m),
-                Change::ToolCall(t) => calls.push(t),
+                Change::ToolCall(t) => {
+                    call_index.insert((&t.tenant_id, &t.session_id, &t.tool_call_id), calls.len());
+                    calls.push(CallRow {
+                        call: t,
+                        status: ToolStatus::Pending,
+                        result: None,
+                    });
+                }
+                // A call whose request is in this batch gets its result (or status) in its
+                // insert instead of one UPDATE round trip each (as on SQLite): the row ends up
+                // the same, since the changes to it are applied here in fold order.
+                Change::ToolResult(r) => {
+                    match call_index.get(&(&*r.tenant_id, &*r.session_id, &*r.tool_call_id)) {
+                        Some(&i) => {
+                            calls[i].status = r.status;
+                            calls[i].result = Some(r);
+                        }
+                        None => updates.push(c),
+                    }
+                }
+                Change::ToolStatus {
+                    tenant_id,
+                    session_id,
+                    tool_call_id,
+                    status,
+                } => match call_index.get(&(&**tenant_id, &**session_id, &**tool_call_id)) {
+                    Some(&i) => calls[i].status = *status,
+                    None => updates.push(c),
+                },
                 other => updates.push(other),
             }
         }
@@ -226,36 +262,95 @@ impl PgStore {
         }
         if !calls.is_empty() {
             // In array order, so that `call_order` follows the order of the changes.
+            let calls: Vec<&CallRow<'_>> = calls.iter().collect();
+            fn result<'a>(c: &CallRow<'a>) -> Option<&'a ToolResultRow> {
+                c.result
+            }
             sqlx::query(
                 "INSERT INTO tool_calls (tenant_id, session_id, tool_call_id, branch_id, name, \
                  args, participant_id, request_event_id, request_seq, message_id, call_tokens, \
-                 status) \
+                 status, result_event_id, result_seq, output, output_ref, output_preview, \
+                 output_sha256, output_bytes, output_tokens, preview_tokens, error, retryable, \
+                 privacy_class) \
                  SELECT tenant_id, session_id, tool_call_id, branch_id, name, args, \
-                 participant_id, request_event_id, request_seq, message_id, call_tokens, status \
+                 participant_id, request_event_id, request_seq, message_id, call_tokens, status, \
+                 result_event_id, result_seq, output, output_ref, output_preview, output_sha256, \
+                 output_bytes, output_tokens, preview_tokens, error, retryable, privacy_class \
                  FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
                  $6::text[], $7::text[], $8::text[], $9::bigint[], $10::text[], $11::bigint[], \
-                 $12::text[]) WITH ORDINALITY AS u(tenant_id, session_id, tool_call_id, \
-                 branch_id, name, args, participant_id, request_event_id, request_seq, \
-                 message_id, call_tokens, status, n) \
+                 $12::text[], $13::text[], $14::bigint[], $15::text[], $16::text[], $17::text[], \
+                 $18::text[], $19::bigint[], $20::bigint[], $21::bigint[], $22::text[], \
+                 $23::boolean[], $24::text[]) WITH ORDINALITY AS u(tenant_id, session_id, \
+                 tool_call_id, branch_id, name, args, participant_id, request_event_id, \
+                 request_seq, message_id, call_tokens, status, result_event_id, result_seq, \
+                 output, output_ref, output_preview, output_sha256, output_bytes, \
+                 output_tokens, preview_tokens, error, retryable, privacy_class, n) \
                  ORDER BY n",
             )
-            .bind(texts(&calls, |t| &t.tenant_id))
-            .bind(texts(&calls, |t| &t.session_id))
-            .bind(texts(&calls, |t| &t.tool_call_id))
-            .bind(texts(&calls, |t| &t.branch_id))
-            .bind(texts(&calls, |t| &t.name))
-            .bind(texts(&calls, |t| &t.args))
-            .bind(texts(&calls, |t| &t.participant_id))
-            .bind(texts(&calls, |t| &t.request_event_id))
-            .bind(ints(&calls, |t| t.request_seq as i64))
+            .bind(texts(&calls, |c| &c.call.tenant_id))
+            .bind(texts(&calls, |c| &c.call.session_id))
+            .bind(texts(&calls, |c| &c.call.tool_call_id))
+            .bind(texts(&calls, |c| &c.call.branch_id))
+            .bind(texts(&calls, |c| &c.call.name))
+            .bind(texts(&calls, |c| &c.call.args))
+            .bind(texts(&calls, |c| &c.call.participant_id))
+            .bind(texts(&calls, |c| &c.call.request_event_id))
+            .bind(ints(&calls, |c| c.call.request_seq as i64))
+            .bind(optional(&calls, |c| c.call.message_id.as_deref()))
+            .bind(ints(&calls, |c| c.call.call_tokens as i64))
+            .bind(texts(&calls, |c| c.status.as_str()))
+            .bind(optional(&calls, |c| {
+                result(c).map(|r| r.result_event_id.as_str())
+            }))
             .bind(
                 calls
                     .iter()
-                    .map(|t| t.message_id.as_deref().map(text))
+                    .map(|c| result(c).map(|r| r.result_seq as i64))
                     .collect::<Vec<_>>(),
             )
-            .bind(ints(&calls, |t| t.call_tokens as i64))
-            .bind(texts(&calls, |_| ToolStatus::Pending.as_str()))
+            .bind(optional(&calls, |c| {
+                result(c).and_then(|r| r.output.as_deref())
+            }))
+            .bind(optional(&calls, |c| {
+                result(c).and_then(|r| r.output_ref.as_deref())
+            }))
+            .bind(optional(&calls, |c| {
+                result(c).and_then(|r| r.output_preview.as_deref())
+            }))
+            .bind(optional(&calls, |c| {
+                result(c).and_then(|r| r.output_sha256.as_deref())
+            }))
+            .bind(
+                calls
+                    .iter()
+                    .map(|c| result(c).and_then(|r| r.output_bytes).map(|b| b as i64))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(ints(&calls, |c| {
+                result(c).map_or(0, |r| r.output_tokens as i64)
+            }))
+            .bind(ints(&calls, |c| {
+                result(c).map_or(0, |r| r.preview_tokens as i64)
+            }))
+            .bind(optional(&calls, |c| {
+                result(c).and_then(|r| r.error.as_deref())
+            }))
+            .bind(
+                calls
+                    .iter()
+                    .map(|c| result(c).is_some_and(|r| r.retryable))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                calls
+                    .iter()
+                    .map(|c| {
+                        result(c)
+                            .and_then(|r| r.privacy_class)
+                            .map(strata_core::payload::PrivacyClass::as_str)
+                    })
+                    .collect::<Vec<_>>(),
+            )
             .execute(&mut **tx)
             .await?;
         }
@@ -445,6 +540,14 @@ fn texts<'a, T>(rows: &[&'a T], column: impl Fn(&'a T) -> &'a str) -> Vec<Cow<'a
 }
 
 /// One integer column of a bulk insert, as an array.
+/// A nullable text column of `rows`, stored as PostgreSQL can ([`text`]).
+fn optional<'a, T>(
+    rows: &[&'a T],
+    column: impl Fn(&'a T) -> Option<&'a str>,
+) -> Vec<Option<Cow<'a, str>>> {
+    rows.iter().map(|r| column(r).map(text)).collect()
+}
+
 fn ints<T>(rows: &[&T], column: impl Fn(&T) -> i64) -> Vec<i64> {
     rows.iter().map(|r| column(r)).collect()
 }
