@@ -45,14 +45,14 @@ pub(crate) struct Servers {
 }
 
 /// A database of this run, dropped when the run ends.
-struct Database {
+pub(crate) struct Database {
     admin: String,
     name: String,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Database {
-    async fn create(admin: &str, name: String) -> anyhow::Result<Database> {
+    pub(crate) async fn create(admin: &str, name: String) -> anyhow::Result<Database> {
         let mut conn = sqlx::PgConnection::connect(admin).await?;
         sqlx::query(&format!("CREATE DATABASE {name}"))
             .execute(&mut conn)
@@ -67,7 +67,7 @@ impl Database {
         })
     }
 
-    async fn drop(self) {
+    pub(crate) async fn drop(self) {
         if let Ok(mut conn) = sqlx::PgConnection::connect(&self.admin).await {
             let _ = sqlx::query(&format!(
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",
@@ -442,7 +442,7 @@ fn redis_db(url: &str, db: u32) -> String {
     format!("{base}/{db}")
 }
 
-fn rate(n: u64, took: Duration) -> f64 {
+pub(crate) fn rate(n: u64, took: Duration) -> f64 {
     n as f64 / took.as_secs_f64()
 }
 
