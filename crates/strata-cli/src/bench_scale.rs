@@ -630,7 +630,16 @@ impl Mover<'_> {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let survivor_held = survivor.held().await;
+        // Its gauges follow a rebalance within about a second.
+        let mut survivor_held = survivor.held().await;
+        let asked = Instant::now();
+        while moved.is_some()
+            && survivor_held.len() < self.partitions as usize
+            && asked.elapsed() < Duration::from_secs(5)
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            survivor_held = survivor.held().await;
+        }
         let outcome = match moved {
             Some(_) => "moved".to_owned(),
             None => format!(
@@ -758,7 +767,10 @@ fn print_table(r: &serde_json::Value) {
     println!(
         "strata-projector processes ({}), Kafka + PostgreSQL on loopback; {} cores, load \
          average {} before, {} after",
-        s["projector"], s["cores"], s["load_average_before"], s["load_average_after"]
+        s["projector"].as_str().unwrap_or_default(),
+        s["cores"],
+        s["load_average_before"],
+        s["load_average_after"]
     );
     println!();
     println!("{:<62} {:>14} {:>8}", "measure", "result", "ratio");
