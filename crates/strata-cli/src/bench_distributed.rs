@@ -442,7 +442,7 @@ fn redis_db(url: &str, db: u32) -> String {
     format!("{base}/{db}")
 }
 
-fn rate(n: u64, took: Duration) -> f64 {
+pub(crate) fn rate(n: u64, took: Duration) -> f64 {
     n as f64 / took.as_secs_f64()
 }
 

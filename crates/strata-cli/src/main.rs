@@ -11,6 +11,7 @@ mod bench_distributed;
 mod bench_memory;
 mod bench_policies;
 mod bench_replay;
+mod bench_scale;
 mod bench_scenarios;
 mod compact;
 mod demo;
@@ -165,6 +166,10 @@ enum BenchWhat {
     /// Kafka, PostgreSQL and Redis against their raw baselines (servers from flags or
     /// `scripts/services.sh env`) instead.
     Distributed(bench_distributed::Servers),
+    /// Projector scale-out on Kafka + PostgreSQL instead: events/s with one and two
+    /// `strata-projector` processes in one group, and how long partitions take to move when one
+    /// dies (SIGTERM, SIGKILL).
+    Scale(bench_scale::ScaleArgs),
     /// Rebuild and replay figures (with and without a policy change) instead.
     Replay {
         /// Events in all.
@@ -417,6 +422,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             what: Some(BenchWhat::Distributed(servers)),
             ..
         } => bench_distributed::run(servers).await,
+        Command::Bench {
+            what: Some(BenchWhat::Scale(args)),
+            ..
+        } => bench_scale::run(args).await,
         Command::Bench {
             what: None,
             events,
