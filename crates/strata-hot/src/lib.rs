@@ -33,8 +33,22 @@
 //! exceed the time the projector can lag behind ingest (a head that expires while the
 //! projections lag would be reseeded from them); seven days leaves a wide margin.
 //!
-//! Redis keys are `strata:{<tenant>}:head:<session>`, `strata:{<tenant>}:evt:<event_id>` and
-//! `strata:{<tenant>}:proj:v1:<session>`. The braces are a Redis Cluster hash tag: all keys of a
+//! # Losing the heads
+//!
+//! A flushed or restarted Redis loses every head at once, possibly while an ingest replica is
+//! appending seqs it reserved just before: a head recovered from the log at that moment would
+//! hand them out again. So each tenant has a marker key, `strata:{<tenant>}:heads`, set when its
+//! heads are first recovered and never expiring; a loss removes it with the heads. A recovery
+//! that finds it missing ([`Seeding::Lost`]) restores it with a settling time
+//! ([`HotState::restore_heads`], `strata:{<tenant>}:settling` with a TTL) longer than an append
+//! can take, and until that has passed no head of the tenant is recovered or reserved from
+//! absent — ingest answers 503 — so that every append made before the loss is on the log when
+//! heads are recovered from it. Run Redis with `noeviction` or a `volatile-*` eviction policy:
+//! an evicted marker costs its tenant a settling time.
+//!
+//! Redis keys are `strata:{<tenant>}:head:<session>`, `strata:{<tenant>}:evt:<event_id>`,
+//! `strata:{<tenant>}:proj:v1:<session>`, `strata:{<tenant>}:heads` and
+//! `strata:{<tenant>}:settling`. The braces are a Redis Cluster hash tag: all keys of a
 //! tenant map to one slot, so a script may touch a tenant's heads and event ids together. `:`,
 //! `{`, `}` and `%` in the tenant are percent-encoded so distinct (tenant, id) pairs never share a
 //! key. The `v1` in projected keys versions the JSON shape of [`ProjectedSession`]: a build that
@@ -102,6 +116,20 @@ pub struct ProjectedSession {
     pub open_tool_calls: Vec<OpenToolCall>,
 }
 
+/// What [`HotState::seed_log_head`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seeding {
+    /// The head is `seq` now (or, for `seq` 0, absent as it was).
+    Seeded,
+    /// Another writer seeded or advanced it first: its value.
+    Present(u64),
+    /// The tenant's heads were lost since they were last recovered: nothing was written; see
+    /// [`HotState::restore_heads`].
+    Lost,
+    /// Recovery waits this long still after a loss.
+    Settling(std::time::Duration),
+}
+
 /// The hot-state port.
 #[async_trait]
 pub trait HotState: Debug + Send + Sync + 'static {
@@ -109,8 +137,10 @@ pub trait HotState: Debug + Send + Sync + 'static {
     /// expired; callers fall back to the projections).
     async fn log_head(&self, tenant: &str, session: &str) -> Result<Option<u64>>;
 
-    /// Sets the log head to `new` if it is `expected` now (`None`: absent). Returns whether it
-    /// was set: the atomic step behind `expected_seq`.
+    /// Sets the log head to `new` if it is `expected` now (`None`: absent; then only if the
+    /// tenant's heads were not lost since they were last recovered, see
+    /// [`HotState::seed_log_head`]). Returns whether it was set: the atomic step behind
+    /// `expected_seq`.
     async fn compare_and_set_log_head(
         &self,
         tenant: &str,
@@ -118,6 +148,27 @@ pub trait HotState: Debug + Send + Sync + 'static {
         expected: Option<u64>,
         new: u64,
     ) -> Result<bool>;
+
+    /// Seeds a head recovered from the projections and the log (`seq` 0: the session has no
+    /// event yet, nothing is written), unless the hot state lost the tenant's heads since they
+    /// were last recovered — a flushed or restarted Redis — or is still settling after that.
+    ///
+    /// Why: a writer may have reserved seqs just before the loss and be appending them now. A
+    /// head recovered from the log before those appends land would hand the same seqs out
+    /// again. So after a loss ([`Seeding::Lost`]) the caller restores the tenant's marker with a
+    /// settling time longer than any append can take ([`HotState::restore_heads`]), and every
+    /// recovery and reservation of the tenant waits it out ([`Seeding::Settling`]); after it, the
+    /// log holds every append made before the loss.
+    async fn seed_log_head(&self, tenant: &str, session: &str, seq: u64) -> Result<Seeding>;
+
+    /// Marks the tenant's heads as recoverable again after [`Seeding::Lost`]; recoveries and
+    /// reservations wait `settle` first (zero: none). Returns how long is left to wait (zero
+    /// when another writer restored them earlier and its settling time is over).
+    async fn restore_heads(
+        &self,
+        tenant: &str,
+        settle: std::time::Duration,
+    ) -> Result<std::time::Duration>;
 
     /// Removes the log head if it is `expected` now; returns whether it was removed. Ingest
     /// calls it after an append whose outcome it cannot know (a broker that timed out may still
@@ -244,6 +295,27 @@ impl HotState for MemoryHotState {
         }
         heads.insert(k, new);
         Ok(true)
+    }
+
+    async fn seed_log_head(&self, tenant: &str, session: &str, seq: u64) -> Result<Seeding> {
+        // In process: nothing can lose the heads while writers live.
+        let mut heads = self.heads.write().await;
+        let k = key(tenant, session);
+        if let Some(v) = heads.get(&k) {
+            return Ok(Seeding::Present(*v));
+        }
+        if seq > 0 {
+            heads.insert(k, seq);
+        }
+        Ok(Seeding::Seeded)
+    }
+
+    async fn restore_heads(
+        &self,
+        _tenant: &str,
+        _settle: std::time::Duration,
+    ) -> Result<std::time::Duration> {
+        Ok(std::time::Duration::ZERO)
     }
 
     async fn forget_log_head(&self, tenant: &str, session: &str, expected: u64) -> Result<bool> {

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
 
-use crate::{redact_url, Error, HotState, ProjectedSession, Result};
+use crate::{redact_url, Error, HotState, ProjectedSession, Result, Seeding};
 
 // Linked for its `ring` crypto provider, which `rediss://` connections use (see Cargo.toml).
 use rustls as _;
@@ -17,8 +17,14 @@ use rustls as _;
 pub const DEFAULT_TTL: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// Sets the head only when it holds `expected` (`ARGV[1]`, empty: absent), and refreshes its TTL.
+/// A head expected absent is set only while the tenant's heads marker (`KEYS[2]`) is there and
+/// not settling (`KEYS[3]`): after a loss an absent head says nothing. A head expected present
+/// was written since the last loss (a loss removes it), so it needs no marker.
 /// One script, so the read and the write are one atomic step on the server.
 const COMPARE_AND_SET_HEAD: &str = r#"
+if ARGV[1] == '' and (redis.call('EXISTS', KEYS[2]) == 0 or redis.call('PTTL', KEYS[3]) > 0) then
+  return 0
+end
 local current = redis.call('GET', KEYS[1])
 if ARGV[1] == '' then
   if current then return 0 end
@@ -27,6 +33,30 @@ elseif current ~= ARGV[1] then
 end
 redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
 return 1
+"#;
+
+/// Seeds a recovered head (`ARGV[1]`, 0: none) unless the tenant's heads marker is missing
+/// (`{2, 0}`: lost) or settling (`{3, ms}`); `{1, v}`: present already; `{0, 0}`: seeded.
+const SEED_HEAD: &str = r#"
+if redis.call('EXISTS', KEYS[2]) == 0 then return {2, 0} end
+local left = redis.call('PTTL', KEYS[3])
+if left > 0 then return {3, left} end
+local current = redis.call('GET', KEYS[1])
+if current then return {1, tonumber(current)} end
+if tonumber(ARGV[1]) > 0 then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end
+return {0, 0}
+"#;
+
+/// Restores the tenant's heads marker when missing, with a settling time of `ARGV[1]` ms (0:
+/// none); returns the settling time left.
+const RESTORE_HEADS: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('SET', KEYS[1], '1')
+  if tonumber(ARGV[1]) > 0 then redis.call('SET', KEYS[2], '1', 'PX', ARGV[1]) end
+end
+local left = redis.call('PTTL', KEYS[2])
+if left > 0 then return left end
+return 0
 "#;
 
 /// Deletes the head only when it holds `ARGV[1]`, in one atomic step.
@@ -95,6 +125,8 @@ impl RedisOptions {
 pub struct RedisHotState {
     conn: ConnectionManager,
     compare_and_set: Script,
+    seed_head: Script,
+    restore_heads: Script,
     forget_head: Script,
     options: RedisOptions,
     /// The URL with its password redacted, for `Debug` and errors.
@@ -163,6 +195,8 @@ impl RedisHotState {
         Ok(Self {
             conn,
             compare_and_set: Script::new(COMPARE_AND_SET_HEAD),
+            seed_head: Script::new(SEED_HEAD),
+            restore_heads: Script::new(RESTORE_HEADS),
             forget_head: Script::new(FORGET_HEAD),
             options,
             endpoint,
@@ -177,6 +211,17 @@ impl RedisHotState {
     /// The key of a session's log head.
     pub fn head_key(tenant: &str, session: &str) -> String {
         format!("{}head:{session}", tenant_prefix(tenant))
+    }
+
+    /// The key marking the tenant's heads as recovered since the hot state last lost them (a
+    /// flush or restart wipes it with them).
+    pub fn heads_marker_key(tenant: &str) -> String {
+        format!("{}heads", tenant_prefix(tenant))
+    }
+
+    /// The key, with a TTL, of the tenant's settling time after a loss.
+    pub fn settling_key(tenant: &str) -> String {
+        format!("{}settling", tenant_prefix(tenant))
     }
 
     /// The key of an accepted event id.
@@ -261,6 +306,8 @@ impl HotState for RedisHotState {
         let set: i64 = self
             .compare_and_set
             .key(Self::head_key(tenant, session))
+            .key(Self::heads_marker_key(tenant))
+            .key(Self::settling_key(tenant))
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(new)
             .arg(RedisOptions::secs(self.options.ttl))
@@ -268,6 +315,37 @@ impl HotState for RedisHotState {
             .await
             .map_err(|e| failed("compare_and_set_log_head", e))?;
         Ok(set == 1)
+    }
+
+    async fn seed_log_head(&self, tenant: &str, session: &str, seq: u64) -> Result<Seeding> {
+        let (code, value): (i64, i64) = self
+            .seed_head
+            .key(Self::head_key(tenant, session))
+            .key(Self::heads_marker_key(tenant))
+            .key(Self::settling_key(tenant))
+            .arg(seq)
+            .arg(RedisOptions::secs(self.options.ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| failed("seed_log_head", e))?;
+        Ok(match code {
+            0 => Seeding::Seeded,
+            1 => Seeding::Present(value.max(0) as u64),
+            2 => Seeding::Lost,
+            _ => Seeding::Settling(Duration::from_millis(value.max(1) as u64)),
+        })
+    }
+
+    async fn restore_heads(&self, tenant: &str, settle: Duration) -> Result<Duration> {
+        let left: i64 = self
+            .restore_heads
+            .key(Self::heads_marker_key(tenant))
+            .key(Self::settling_key(tenant))
+            .arg(settle.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| failed("restore_heads", e))?;
+        Ok(Duration::from_millis(left.max(0) as u64))
     }
 
     async fn forget_log_head(&self, tenant: &str, session: &str, expected: u64) -> Result<bool> {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_core::projection::{AgentState, OpenError, OpenToolCall, Sourced};
-use strata_hot::{Error, HotState, MemoryHotState, ProjectedSession, RedisHotState};
+use strata_hot::{Error, HotState, MemoryHotState, ProjectedSession, RedisHotState, Seeding};
 use tokio::sync::Barrier;
 
 /// A backend under test and the tenant prefix this test owns.
@@ -24,6 +24,16 @@ impl Fixture {
     /// A tenant id of this test (tenant ids allow `[A-Za-z0-9_-]`).
     fn tenant(&self, name: &str) -> String {
         format!("{}-{name}", self.prefix)
+    }
+
+    /// A tenant whose heads are recoverable, as ingest's first recovery leaves them.
+    async fn ready_tenant(&self, name: &str) -> String {
+        let t = self.tenant(name);
+        assert_eq!(
+            self.hot.restore_heads(&t, Duration::ZERO).await.unwrap(),
+            Duration::ZERO
+        );
+        t
     }
 }
 
@@ -168,6 +178,11 @@ fn sample_projection(seq: u64) -> ProjectedSession {
 async fn compare_and_set_semantics(f: &Fixture) {
     let h = &f.hot;
     let t = f.tenant("cas");
+    // The tenant's heads are recoverable (what ingest's first recovery does).
+    assert_eq!(
+        h.restore_heads(&t, Duration::ZERO).await.unwrap(),
+        Duration::ZERO
+    );
     assert_eq!(h.log_head(&t, "s").await.unwrap(), None);
     // Absent: only `None` matches.
     assert!(!h
@@ -220,7 +235,7 @@ async fn compare_and_set_semantics(f: &Fixture) {
 async fn concurrent_compare_and_set_has_one_winner_per_step(f: &Fixture) {
     const TASKS: usize = 20;
     const STEPS: u64 = 25;
-    let t = f.tenant("race");
+    let t = f.ready_tenant("race").await;
     let barrier = Arc::new(Barrier::new(TASKS));
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
@@ -260,7 +275,7 @@ async fn concurrent_compare_and_set_has_one_winner_per_step(f: &Fixture) {
 
     // Free-for-all: tasks race read-then-swap without a barrier; every value is won once, and
     // the wins of each task strictly increase.
-    let t = f.tenant("race-free");
+    let t = f.ready_tenant("race-free").await;
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
         let (h, t) = (f.hot.clone(), t.clone());
@@ -292,9 +307,45 @@ async fn concurrent_compare_and_set_has_one_winner_per_step(f: &Fixture) {
     assert_eq!(f.hot.log_head(&t, "s").await.unwrap(), Some(STEPS));
 }
 
+/// After the hot state lost a tenant's heads (here: the marker deleted, as a flush would), a
+/// recovery is refused until the heads are restored, then waits out the settling time; no head
+/// can be reserved meanwhile.
+async fn a_loss_settles_before_heads_are_recovered(f: &Fixture) {
+    let h = &f.hot;
+    let t = f.tenant("loss");
+    // Never recovered: lost, and nothing is written.
+    assert_eq!(h.seed_log_head(&t, "s", 4).await.unwrap(), Seeding::Lost);
+    assert!(!h.compare_and_set_log_head(&t, "s", None, 5).await.unwrap());
+    assert_eq!(h.log_head(&t, "s").await.unwrap(), None);
+    let left = h
+        .restore_heads(&t, Duration::from_millis(400))
+        .await
+        .unwrap();
+    assert!(left > Duration::from_millis(200), "{left:?}");
+    // A second writer restoring meanwhile gets the same wait, not a new one.
+    let again = h.restore_heads(&t, Duration::from_secs(30)).await.unwrap();
+    assert!(again <= left, "{again:?} > {left:?}");
+    assert!(matches!(
+        h.seed_log_head(&t, "s", 4).await.unwrap(),
+        Seeding::Settling(_)
+    ));
+    assert!(!h.compare_and_set_log_head(&t, "s", None, 5).await.unwrap());
+    tokio::time::sleep(left + Duration::from_millis(50)).await;
+    assert_eq!(h.seed_log_head(&t, "s", 4).await.unwrap(), Seeding::Seeded);
+    assert_eq!(h.log_head(&t, "s").await.unwrap(), Some(4));
+    assert_eq!(
+        h.seed_log_head(&t, "s", 2).await.unwrap(),
+        Seeding::Present(4)
+    );
+    assert!(h
+        .compare_and_set_log_head(&t, "s", Some(4), 5)
+        .await
+        .unwrap());
+}
+
 async fn tenants_are_isolated(f: &Fixture) {
     let h = &f.hot;
-    let (a, b) = (f.tenant("a"), f.tenant("b"));
+    let (a, b) = (f.ready_tenant("a").await, f.ready_tenant("b").await);
     assert!(h.compare_and_set_log_head(&a, "s", None, 7).await.unwrap());
     h.remember_accepted(&a, &[("evt_1".into(), 7)])
         .await
@@ -314,7 +365,7 @@ async fn tenants_are_isolated(f: &Fixture) {
 
 async fn ids_are_opaque(f: &Fixture) {
     let h = &f.hot;
-    let t = f.tenant("ids");
+    let t = f.ready_tenant("ids").await;
     // Ids with separators, braces, spaces and non-ASCII never collide.
     let sessions = [
         "a",
@@ -337,13 +388,14 @@ async fn ids_are_opaque(f: &Fixture) {
     }
     // A tenant and a session cannot combine into another pair's key.
     let (t1, t2) = (format!("{t}-x}}:head:y"), format!("{t}-x"));
+    h.restore_heads(&t1, Duration::ZERO).await.unwrap();
     assert!(h.compare_and_set_log_head(&t1, "z", None, 1).await.unwrap());
     assert_eq!(h.log_head(&t2, "y}:head:z").await.unwrap(), None);
 }
 
 async fn accepted_ids(f: &Fixture) {
     let h = &f.hot;
-    let t = f.tenant("acc");
+    let t = f.ready_tenant("acc").await;
     assert_eq!(h.accepted_seq(&t, "evt_1").await.unwrap(), None);
     h.remember_accepted(&t, &[]).await.unwrap();
     let batch: Vec<(String, u64)> = (1..=50).map(|i| (format!("evt_{i}"), i)).collect();
@@ -361,7 +413,7 @@ async fn accepted_ids(f: &Fixture) {
 
 async fn projected_round_trip(f: &Fixture) {
     let h = &f.hot;
-    let t = f.tenant("proj");
+    let t = f.ready_tenant("proj").await;
     assert_eq!(h.projected(&t, "s").await.unwrap(), None);
     let first = sample_projection(3);
     h.put_projected(&t, "s", first.clone()).await.unwrap();
@@ -451,12 +503,45 @@ macro_rules! suite {
 suite!(memory);
 suite!(redis);
 
+// Only Redis can lose what it holds while writers run (the in-process state lives and dies
+// with them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_loss_settles_before_heads_are_recovered() {
+    let Some(f) = redis().await else {
+        return;
+    };
+    a_loss_settles_before_heads_are_recovered(&f).await;
+
+    // Heads written before this version (no marker), or a marker evicted alone: a present head
+    // still advances; only a head expected absent needs the marker.
+    let t = f.tenant("loss");
+    let mut con = redis_only::connection(&redis_url().unwrap());
+    let _: () = ::redis::cmd("DEL")
+        .arg(RedisHotState::heads_marker_key(&t))
+        .query(&mut con)
+        .unwrap();
+    assert!(f
+        .hot
+        .compare_and_set_log_head(&t, "s", Some(5), 6)
+        .await
+        .unwrap());
+    assert!(!f
+        .hot
+        .compare_and_set_log_head(&t, "other", None, 1)
+        .await
+        .unwrap());
+    assert_eq!(
+        f.hot.seed_log_head(&t, "other", 0).await.unwrap(),
+        Seeding::Lost
+    );
+}
+
 // ---- Redis only: TTLs, key layout, error hygiene ----
 
 mod redis_only {
     use super::*;
 
-    fn connection(url: &str) -> ::redis::Connection {
+    pub(super) fn connection(url: &str) -> ::redis::Connection {
         ::redis::Client::open(url)
             .unwrap()
             .get_connection()
@@ -470,7 +555,7 @@ mod redis_only {
     #[tokio::test]
     async fn keys_are_namespaced_and_carry_ttls() {
         let Some(f) = redis().await else { return };
-        let t = f.tenant("ttl");
+        let t = f.ready_tenant("ttl").await;
         f.hot
             .compare_and_set_log_head(&t, "s", None, 1)
             .await
@@ -494,9 +579,13 @@ mod redis_only {
             let left = ttl(&mut con, &key);
             assert!(left > week - 60 && left <= week, "{key}: ttl {left}");
         }
+        // The tenant's heads marker does not expire: only a loss removes it.
+        let marker = RedisHotState::heads_marker_key(&t);
+        assert_eq!(marker, format!("strata:{{{t}}}:heads"));
+        assert_eq!(ttl(&mut con, &marker), -1, "{marker}");
         let mut keys = RedisCleanup::keys(&mut con, &f.prefix);
         keys.sort();
-        assert_eq!(keys.len(), 3, "{keys:?}");
+        assert_eq!(keys.len(), 4, "{keys:?}");
         assert_eq!(
             RedisHotState::head_key(&t, "s"),
             format!("strata:{{{t}}}:head:s")
@@ -506,7 +595,7 @@ mod redis_only {
     #[tokio::test]
     async fn compare_and_set_refreshes_the_ttl() {
         let Some(f) = redis().await else { return };
-        let t = f.tenant("refresh");
+        let t = f.ready_tenant("refresh").await;
         let key = RedisHotState::head_key(&t, "s");
         f.hot
             .compare_and_set_log_head(&t, "s", None, 1)
@@ -538,7 +627,7 @@ mod redis_only {
         let Some(f) = redis_with("ttl_secs=1&accepted_ttl_secs=1").await else {
             return;
         };
-        let t = f.tenant("expiry");
+        let t = f.ready_tenant("expiry").await;
         f.hot
             .compare_and_set_log_head(&t, "s", None, 4)
             .await
@@ -567,7 +656,7 @@ mod redis_only {
     #[tokio::test]
     async fn unreadable_values_are_errors_that_do_not_quote_them() {
         let Some(f) = redis().await else { return };
-        let t = f.tenant("corrupt");
+        let t = f.ready_tenant("corrupt").await;
         let mut con = connection(&redis_url().unwrap());
         let secret = "secret-payload-7f3a";
         let _: () = ::redis::cmd("SET")

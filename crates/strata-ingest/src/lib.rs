@@ -22,6 +22,7 @@ use serde_json::Value;
 use strata_core::payload::Payload;
 use strata_core::tokens::{O200k, TokenCounter};
 use strata_core::{Event, FieldError};
+use strata_hot::Seeding;
 use strata_log::NewRecord;
 use strata_runtime::Backends;
 
@@ -132,7 +133,18 @@ pub struct IngestOptions {
     /// Most log records read to recover a session head the hot state lost (see
     /// [`Ingestor::ingest`]); beyond it the batch is refused until the projector catches up.
     pub max_head_recovery_records: u64,
+    /// How long a tenant's batches wait (refused as unavailable) after the hot state lost its
+    /// heads (a flushed or restarted Redis) before any head is recovered from the log: longer
+    /// than an append can take, so that appends other ingest replicas reserved before the loss
+    /// are on the log by then (see [`strata_hot::HotState::seed_log_head`]). It must exceed the
+    /// log's delivery timeout (Kafka: `delivery_timeout_ms`, 30 s by default). Zero is safe with
+    /// a single ingest replica only (it serialises its own reservations and appends).
+    pub hot_loss_settle: std::time::Duration,
 }
+
+/// Default of [`IngestOptions::hot_loss_settle`]: the Kafka log's default delivery timeout
+/// (30 s) and a margin.
+pub const DEFAULT_HOT_LOSS_SETTLE: std::time::Duration = std::time::Duration::from_secs(35);
 
 impl Default for IngestOptions {
     fn default() -> Self {
@@ -140,8 +152,18 @@ impl Default for IngestOptions {
             artifact_threshold: DEFAULT_ARTIFACT_THRESHOLD,
             projector_group: strata_runtime::PROJECTOR_GROUP.into(),
             max_head_recovery_records: 200_000,
+            hot_loss_settle: DEFAULT_HOT_LOSS_SETTLE,
         }
     }
+}
+
+/// The refusal while a tenant's heads settle after the hot state lost them.
+fn settling(tenant: &str, left: std::time::Duration) -> IngestError {
+    IngestError::Unavailable(format!(
+        "the hot state lost the session heads of tenant {tenant:?} (Redis flushed or restarted); \
+         they are recovered from the log once appends in flight have settled: retry in {:.1} s",
+        left.as_secs_f64()
+    ))
 }
 
 /// What this process knows of the log beyond the projections, per partition: the sessions found
@@ -694,29 +716,66 @@ impl Ingestor {
             seq = seq.max(known.seq);
             unprojected = known.ids.clone();
         }
-        // Seed the hot state so the compare-and-set has something to compare with.
-        let cached = if seq > 0 {
-            let seeded = b
+        // Seed the hot state so the compare-and-set has something to compare with — unless the
+        // hot state lost the tenant's heads since they were last recovered: then what other
+        // replicas reserved just before the loss may not be on the log yet, and recovery waits
+        // until it is (see `HotState::seed_log_head`).
+        let mut restored = false;
+        let cached = loop {
+            match b
                 .hot
-                .compare_and_set_log_head(tenant, session, None, seq)
+                .seed_log_head(tenant, session, seq)
                 .await
-                .map_err(|e| backend(&e))?;
-            if !seeded {
-                // Another writer seeded (and maybe advanced) it meanwhile: use its value.
-                let now = b
-                    .hot
-                    .log_head(tenant, session)
-                    .await
-                    .map_err(|e| backend(&e))?;
-                return Ok(Head {
-                    cached: now,
-                    seq: now.unwrap_or(seq),
-                    unprojected,
-                });
+                .map_err(|e| backend(&e))?
+            {
+                Seeding::Seeded => break (seq > 0).then_some(seq),
+                Seeding::Present(now) => {
+                    // Another writer seeded (and maybe advanced) it meanwhile: use its value.
+                    return Ok(Head {
+                        cached: Some(now),
+                        seq: now,
+                        unprojected,
+                    });
+                }
+                Seeding::Settling(left) => return Err(settling(tenant, left)),
+                Seeding::Lost if !restored => {
+                    restored = true;
+                    // A tenant with nothing projected and nothing on the log tail has no append
+                    // to wait for.
+                    let has_events = seq > 0
+                        || !b
+                            .store
+                            .sessions(tenant)
+                            .await
+                            .map_err(|e| backend(&e))?
+                            .is_empty();
+                    let settle = if has_events {
+                        self.options.hot_loss_settle
+                    } else {
+                        std::time::Duration::ZERO
+                    };
+                    let left = b
+                        .hot
+                        .restore_heads(tenant, settle)
+                        .await
+                        .map_err(|e| backend(&e))?;
+                    tracing::warn!(
+                        tenant,
+                        settle_ms = settle.as_millis() as u64,
+                        "the hot state lost this tenant's session heads (Redis flushed or \
+                         restarted): recovering them from the log once appends in flight have \
+                         settled"
+                    );
+                    if !left.is_zero() {
+                        return Err(settling(tenant, left));
+                    }
+                }
+                Seeding::Lost => {
+                    return Err(IngestError::Unavailable(
+                        "the hot state keeps losing its data; retry".into(),
+                    ))
+                }
             }
-            Some(seq)
-        } else {
-            None
         };
         tracing::debug!(
             tenant,

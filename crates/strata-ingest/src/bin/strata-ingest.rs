@@ -23,6 +23,11 @@ struct Opts {
     /// The projector's consumer group (its offsets say how far the projections reach).
     #[arg(long, env = "STRATA_PROJECTOR_GROUP", default_value = strata_runtime::PROJECTOR_GROUP)]
     projector_group: String,
+    /// After the hot state lost its data (Redis flushed or restarted), how long a tenant's
+    /// batches wait before session heads are recovered from the log; must exceed the log's
+    /// delivery timeout (see `IngestOptions::hot_loss_settle`).
+    #[arg(long, env = "STRATA_HOT_LOSS_SETTLE_MS", default_value_t = strata_ingest::DEFAULT_HOT_LOSS_SETTLE.as_millis() as u64)]
+    hot_loss_settle_ms: u64,
 }
 
 #[tokio::main]
@@ -40,6 +45,7 @@ async fn main() -> anyhow::Result<()> {
         IngestOptions {
             artifact_threshold: opts.artifact_threshold,
             projector_group: opts.projector_group,
+            hot_loss_settle: std::time::Duration::from_millis(opts.hot_loss_settle_ms),
             ..IngestOptions::default()
         },
     ));
