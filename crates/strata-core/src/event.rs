@@ -277,10 +277,55 @@ impl Event {
         Value::Object(obj)
     }
 
+    /// The canonical JSON text: byte for byte `self.to_json().to_string()`, written without
+    /// building the [`Value`] (the projection stores it for every event).
+    pub fn to_json_string(&self) -> String {
+        crate::json::to_string(&Canonical(self), 256).unwrap_or_else(|| self.to_json().to_string())
+    }
+
     /// Whether a service derived this event from others (memories, compactions, assemblies).
     /// Derived events are not part of the transcript a model would be re-sent.
     pub fn is_derived(&self) -> bool {
         self.event_type().is_derived()
+    }
+}
+
+/// An event serialized the way [`Event::to_json`] builds it, entry for entry.
+struct Canonical<'a>(&'a Event);
+
+impl Serialize for Canonical<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let e = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("event_id", &e.event_id)?;
+        m.serialize_entry("tenant_id", &e.tenant_id)?;
+        m.serialize_entry("session_id", &e.session_id)?;
+        m.serialize_entry("branch_id", &e.branch_id)?;
+        if let Some(seq) = e.seq {
+            m.serialize_entry("seq", &seq)?;
+        }
+        if let Some(p) = &e.parent_event_id {
+            m.serialize_entry("parent_event_id", p)?;
+        }
+        m.serialize_entry("timestamp", &format_timestamp(&e.timestamp))?;
+        m.serialize_entry("type", e.event_type().as_str())?;
+        if let Some(a) = &e.actor {
+            m.serialize_entry("actor", a)?;
+        }
+        if let Some(p) = &e.participant_id {
+            m.serialize_entry("participant_id", p)?;
+        }
+        m.serialize_entry("payload", &crate::payload::Fields(&e.payload))?;
+        if let Some(c) = &e.causality {
+            m.serialize_entry("causality", c)?;
+        }
+        for (k, v) in &e.extra {
+            if !ENVELOPE_FIELDS.contains(&k.as_str()) {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.end()
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod assembly;
 pub mod compaction;
 pub mod event;
+mod json;
 pub mod memory;
 pub mod payload;
 pub mod projection;

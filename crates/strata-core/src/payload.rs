@@ -53,6 +53,24 @@ macro_rules! event_types {
                     $(Payload::$name(p) => serde_json::to_value(p).expect("payload serializes")),+
                 }
             }
+
+            /// Serializes the payload's fields as [`Payload::to_json`] has them, without going
+            /// through a [`Value`] (see [`crate::json`] for the one case where they differ).
+            pub(crate) fn serialize_fields<S: serde::Serializer>(
+                &self,
+                s: S,
+            ) -> Result<S::Ok, S::Error> {
+                match self {
+                    $(Payload::$name(p) => p.serialize(s)),+
+                }
+            }
+
+            /// The compact text of [`Payload::to_json`], byte for byte, written without building
+            /// the [`Value`].
+            pub fn to_json_string(&self) -> String {
+                crate::json::to_string(&Fields(self), 128)
+                    .unwrap_or_else(|| self.to_json().to_string())
+            }
         }
     };
 }
@@ -170,6 +188,15 @@ impl Payload {
             }
             _ => {}
         }
+    }
+}
+
+/// A payload serialized as its fields ([`Payload::serialize_fields`]).
+pub(crate) struct Fields<'a>(pub(crate) &'a Payload);
+
+impl Serialize for Fields<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_fields(s)
     }
 }
 

@@ -667,7 +667,7 @@ pub fn apply(
             );
         }
         Payload::StateUpdated(p) => {
-            transcript += tokens.count(&event.payload.to_json().to_string());
+            transcript += tokens.count(&event.payload.to_json_string());
             let state = &mut fold.branch_mut(&branch_id).state;
             let list = |v: &Vec<String>| v.iter().map(|s| sourced(s)).collect::<Vec<_>>();
             if let Some(g) = &p.goal {
@@ -870,7 +870,7 @@ pub fn apply(
             timestamp: crate::event::format_timestamp(&event.timestamp),
             position,
             transcript_tokens: transcript,
-            json: event.to_json().to_string(),
+            json: event.to_json_string(),
         }),
     );
     changes

@@ -91,3 +91,206 @@ fn a_missing_tenant_is_filled_from_the_key() {
     .unwrap();
     assert_eq!(e.tenant_id, "acme");
 }
+
+/// Events of every type, with unknown fields at every level, NUL and other control characters,
+/// non-ASCII text, floats, big integers, empty and nested values.
+fn varied_events() -> Vec<Event> {
+    let odd = "nul \u{0} bell \u{7} tab \t nl \n quote \" backslash \\ slash / del \u{7f} \
+               é ß 中文 \u{1F600} \u{2028} \u{FEFF}";
+    let extra = json!({"z": 1, "a": {"nested": [1, 2.5, -3, 1e300, null, true, {}, []]},
+                       "text\u{0}": odd, "": "empty key", "big": u64::MAX, "neg": i64::MIN});
+    let payloads = [
+        (
+            "SessionStarted",
+            json!({"model": {"provider": "openai", "model": "gpt-4o", "temp": 0.2},
+            "context_window_tokens": 32000, "reserved_output_tokens": 4000, "cwd": "/w",
+            "system_prompt": odd, "tools": [{"name": "run", "description": odd,
+            "schema": {"type": "object", "properties": {"x": {"type": "string"}}}, "strict": true},
+            {"name": "bare"}]}),
+        ),
+        (
+            "UserPromptSubmitted",
+            json!({"message_id": "m", "text": odd}),
+        ),
+        (
+            "ModelResponseReceived",
+            json!({"message_id": "a", "model_run_id": "r", "text": odd,
+            "tool_calls": [{"tool_call_id": "c", "name": "run", "args": {"q": odd, "n": [1.5]},
+            "id_hint": 3}], "usage": {"input_tokens": 10, "output_tokens": 20, "cached": 5}}),
+        ),
+        ("ModelResponseReceived", json!({"message_id": "a2"})),
+        (
+            "ToolCallRequested",
+            json!({"tool_call_id": "c", "name": "run", "args": "plain"}),
+        ),
+        (
+            "ToolCallFinished",
+            json!({"tool_call_id": "c", "output": odd, "is_error": true,
+            "privacy_class": "confidential", "freshness_class": "time_bounded"}),
+        ),
+        (
+            "ToolCallFinished",
+            json!({"tool_call_id": "c", "output_ref": "artifact:sha256:00",
+            "output_preview": "head", "output_sha256": "00", "output_bytes": 123456789,
+            "output_tokens": 42}),
+        ),
+        (
+            "ToolCallFailed",
+            json!({"tool_call_id": "c", "error": odd, "retryable": true}),
+        ),
+        ("FileRead", json!({"path": odd, "bytes": 0})),
+        ("FileWritten", json!({"path": "src/a.rs", "summary": odd})),
+        (
+            "DiffApplied",
+            json!({"path": "src/a.rs", "diff": "@@ -1 +1 @@\n-a\n+b\n"}),
+        ),
+        (
+            "StateUpdated",
+            json!({"goal": odd, "plan": [], "facts": ["a", odd],
+            "open_questions": ["?"]}),
+        ),
+        (
+            "BranchForked",
+            json!({"new_branch_id": "alt", "from_event_id": "e0", "kind": "what_if"}),
+        ),
+        (
+            "SubagentStarted",
+            json!({"child_session_id": "s2", "task": odd}),
+        ),
+        (
+            "SubagentFinished",
+            json!({"child_session_id": "s2", "report": odd,
+            "artifacts": ["x"], "status": "ok"}),
+        ),
+        ("SubagentPromoted", json!({"child_session_id": "s2"})),
+        (
+            "ApprovalRequested",
+            json!({"approval_id": "ap", "tool_call_id": "c", "reason": odd}),
+        ),
+        ("ApprovalGranted", json!({"approval_id": "ap"})),
+        (
+            "ApprovalDenied",
+            json!({"approval_id": "ap", "reason": "no"}),
+        ),
+        (
+            "VerifierFinished",
+            json!({"check": "tests", "result": "pass", "evidence_refs": ["e1"]}),
+        ),
+        (
+            "MemoryRecorded",
+            json!({"memory_id": "mem", "scope": "session", "kind": "fact",
+            "text": odd, "source_refs": ["e1"], "confidence": 0.1, "privacy_class": "internal",
+            "freshness_class": "durable"}),
+        ),
+        (
+            "MemoryRecorded",
+            json!({"memory_id": "mem2", "scope": "session", "kind": "fact",
+            "text": "t", "source_refs": ["e1"], "confidence": 1e-7}),
+        ),
+        (
+            "MemorySuperseded",
+            json!({"memory_id": "mem", "superseded_by": "mem2"}),
+        ),
+        (
+            "CompactionCompleted",
+            json!({"compaction_id": "k", "first_event_id": "e1",
+            "last_event_id": "e9", "first_kept_event_id": "e10", "tokens_before": 100,
+            "tokens_after": 10, "summary": {"goal": odd, "files": ["a", "b"]}}),
+        ),
+        (
+            "ContextBuilt",
+            json!({"assembly_id": "as", "context_tokens": 1,
+            "transcript_tokens": 2, "assembly": {"messages": [{"role": "user", "text": odd}]}}),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (i, (ty, payload)) in payloads.into_iter().enumerate() {
+        let mut with_extra = payload.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            with_extra[k] = v.clone();
+        }
+        for (j, p) in [payload, with_extra].into_iter().enumerate() {
+            let mut v = json!({"event_id": format!("e{i}-{j}"), "tenant_id": "t",
+                "session_id": "s", "timestamp": "2026-06-03T10:00:00.123456Z", "type": ty,
+                "payload": p});
+            if j == 1 {
+                v["seq"] = json!(7);
+                v["branch_id"] = json!("alt");
+                v["parent_event_id"] = json!("e0");
+                v["actor"] = json!("agent");
+                v["participant_id"] = json!("p1");
+                v["causality"] = json!({"message_id": "m", "tool_call_id": "c", "why": odd});
+                v["zz_unknown"] = extra.clone();
+                v["aa_unknown"] = json!(odd);
+            }
+            out.push(Event::from_json(v, None).unwrap_or_else(|e| panic!("{ty}: {e}")));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_canonical_text_is_the_one_of_the_json_value() {
+    let mut events = varied_events();
+    // Built by hand, not parsed: unknown-field maps holding keys their struct writes too (the
+    // `Value` keeps one of them), and a float that is not a number.
+    let mut clash = events[4].clone();
+    clash.extra.insert("event_id".into(), json!("shadow"));
+    clash.extra.insert("payload".into(), json!({}));
+    events.push(clash);
+    let mut clash = events[5].clone();
+    let Payload::ModelResponseReceived(p) = &mut clash.payload else {
+        panic!("expected a model response")
+    };
+    p.extra.insert("text".into(), json!("shadow"));
+    events.push(clash);
+    let mut clash = events[5].clone();
+    let Payload::ModelResponseReceived(p) = &mut clash.payload else {
+        panic!("expected a model response")
+    };
+    p.tool_calls[0].extra.insert("name".into(), json!(1));
+    events.push(clash);
+    let mut clash = events[1].clone();
+    let Payload::SessionStarted(p) = &mut clash.payload else {
+        panic!("expected a session start")
+    };
+    p.model.extra.insert("provider".into(), json!("shadow"));
+    p.extra
+        .insert("cwd".into(), json!("not written by the struct: absent"));
+    events.push(clash);
+    let mut clash = events[1].clone();
+    clash.causality = Some(strata_core::Causality {
+        message_id: Some("m".into()),
+        extra: serde_json::Map::from_iter([("message_id".to_owned(), json!("shadow"))]),
+        ..Default::default()
+    });
+    events.push(clash);
+    let mut nan = events[40].clone();
+    let Payload::MemoryRecorded(p) = &mut nan.payload else {
+        panic!("expected a memory, found {:?}", nan.event_type())
+    };
+    p.confidence = Some(f64::NAN);
+    events.push(nan);
+
+    for e in &events {
+        assert_eq!(
+            e.to_json_string(),
+            e.to_json().to_string(),
+            "{}",
+            e.event_id
+        );
+        assert_eq!(
+            e.payload.to_json_string(),
+            e.payload.to_json().to_string(),
+            "{}",
+            e.event_id
+        );
+    }
+    // The spec example, as text.
+    let text = r#"{"event_id":"evt_01","tenant_id":"acme","session_id":"s1","branch_id":"main","seq":7,"parent_event_id":"evt_00","timestamp":"2026-06-03T10:00:00Z","type":"ToolCallFinished","actor":"tool","participant_id":"agent-a","payload":{"tool_call_id":"call_3","output":"...","is_error":false},"causality":{"message_id":null,"tool_call_id":"call_3","artifact_id":null}}"#;
+    let e: Event = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        e.to_json_string(),
+        r#"{"event_id":"evt_01","tenant_id":"acme","session_id":"s1","branch_id":"main","seq":7,"parent_event_id":"evt_00","timestamp":"2026-06-03T10:00:00Z","type":"ToolCallFinished","actor":"tool","participant_id":"agent-a","payload":{"tool_call_id":"call_3","output":"..."},"causality":{"tool_call_id":"call_3"}}"#
+    );
+}

@@ -13,6 +13,7 @@ use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use strata_core::assembly::Snapshot;
+use strata_core::payload::PrivacyClass;
 use strata_core::projection::{Change, SessionFold, ToolCallRow, ToolResultRow, ToolStatus};
 
 use crate::common::{self, Dialect, INSERT_CHUNK};
@@ -23,11 +24,26 @@ const DIALECT: Dialect = Dialect {
     insertion_order: "rowid",
 };
 
+/// The index `open_bulk` leaves out of a set it builds from scratch, as the migration creates it.
+const EVENTS_BY_ID: &str =
+    "CREATE UNIQUE INDEX IF NOT EXISTS events_by_id ON events (tenant_id, event_id)";
+
 /// A tool call to insert, with what the same batch says about its outcome.
-struct CallRow<'a> {
-    call: &'a ToolCallRow,
+struct CallRow {
+    call: ToolCallRow,
     status: ToolStatus,
-    result: Option<&'a ToolResultRow>,
+    result: Option<ToolResultRow>,
+}
+
+/// Where a change of a batch goes (see [`SqliteStore::write_changes`]).
+#[derive(Clone, Copy)]
+enum Slot {
+    /// Into the bulk insert of its table.
+    Insert,
+    /// Into the insert of the tool call at this index of the batch's calls.
+    Call(usize),
+    /// Its own statement, after the inserts.
+    Update,
 }
 
 /// SQLite-backed projections.
@@ -63,7 +79,8 @@ impl SqliteStore {
     /// operating system's cache; SQLite documents `synchronous=OFF` as safe against application
     /// crashes). After a crash of the operating system or a power loss the file may be torn:
     /// whoever resumes writing it must know whether the machine restarted meanwhile (a rebuild
-    /// starts the set over then). Call [`SqliteStore::make_durable`] before readers use it.
+    /// starts the set over then). Call [`SqliteStore::make_durable`] before readers use it: a
+    /// set opened empty also gets its `events_by_id` index only then.
     pub async fn open_bulk(path: &str) -> Result<Self> {
         Self::open_with(path, Durability::Bulk).await
     }
@@ -90,6 +107,23 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        if durability == Durability::Bulk {
+            // A set built from scratch gets `events_by_id` once, sorted, when it is made durable,
+            // instead of one b-tree insert per event row at a random place (event ids do not
+            // arrive in their order). Nothing reads it meanwhile: the fold checks duplicates in
+            // memory and asks the store only when it resumes a set that has events, and such
+            // a set gets the index back here before the first question.
+            let empty = sqlx::query("SELECT 1 FROM events LIMIT 1")
+                .fetch_optional(&pool)
+                .await?
+                .is_none();
+            let sql = if empty {
+                "DROP INDEX IF EXISTS events_by_id"
+            } else {
+                EVENTS_BY_ID
+            };
+            sqlx::query(sql).execute(&pool).await?;
+        }
         Ok(Self {
             pool,
             path: path.to_owned(),
@@ -101,6 +135,8 @@ impl SqliteStore {
     /// A set opened with [`SqliteStore::open_bulk`] is durable only after this.
     pub async fn make_durable(&self) -> Result<()> {
         let mut conn = self.pool.acquire().await?;
+        // Built last by `open_bulk` on a fresh set.
+        sqlx::query(EVENTS_BY_ID).execute(&mut *conn).await?;
         // FULL for this connection: the checkpoint below then fsyncs what it writes.
         sqlx::query("PRAGMA synchronous = FULL")
             .execute(&mut *conn)
@@ -131,91 +167,108 @@ impl SqliteStore {
         self.fail_next_commit.store(true, Ordering::SeqCst);
     }
 
-    async fn write_changes(tx: &mut Transaction<'_, Sqlite>, changes: &[Change]) -> Result<()> {
-        let mut events = Vec::new();
-        let mut messages = Vec::new();
-        let mut calls: Vec<CallRow<'_>> = Vec::new();
-        let mut call_index: HashMap<(&str, &str, &str), usize> = HashMap::new();
-        let mut updates = Vec::new();
-        for c in changes {
-            match c {
-                Change::Event(e) => events.push(e),
-                Change::Message(m) => messages.push(m),
-                Change::ToolCall(t) => {
-                    call_index.insert((&t.tenant_id, &t.session_id, &t.tool_call_id), calls.len());
-                    calls.push(CallRow {
-                        call: t,
-                        status: ToolStatus::Pending,
-                        result: None,
-                    });
-                }
-                // A call whose request is in this batch gets its result (or status) in its
-                // insert instead of one UPDATE round trip each: the row ends up the same, since
-                // updates run after the inserts, in fold order, and touch that row only.
-                Change::ToolResult(r) => {
-                    match call_index.get(&(&*r.tenant_id, &*r.session_id, &*r.tool_call_id)) {
-                        Some(&i) => {
-                            calls[i].status = r.status;
-                            calls[i].result = Some(r);
-                        }
-                        None => updates.push(c),
+    /// Writes a batch's row changes. The rows are moved into the statements' arguments, not
+    /// copied (`sqlx` would clone every bound `&String`).
+    async fn write_changes(tx: &mut Transaction<'_, Sqlite>, changes: Vec<Change>) -> Result<()> {
+        // Where each change goes, decided on borrowed keys first.
+        let mut slots = Vec::with_capacity(changes.len());
+        {
+            let mut calls = 0;
+            let mut call_index: HashMap<(&str, &str, &str), usize> = HashMap::new();
+            for c in &changes {
+                slots.push(match c {
+                    Change::Event(_) | Change::Message(_) => Slot::Insert,
+                    Change::ToolCall(t) => {
+                        call_index.insert((&t.tenant_id, &t.session_id, &t.tool_call_id), calls);
+                        calls += 1;
+                        Slot::Insert
                     }
-                }
-                Change::ToolStatus {
-                    tenant_id,
-                    session_id,
-                    tool_call_id,
-                    status,
-                } => match call_index.get(&(&**tenant_id, &**session_id, &**tool_call_id)) {
-                    Some(&i) => calls[i].status = *status,
-                    None => updates.push(c),
-                },
-                other => updates.push(other),
+                    // A call whose request is in this batch gets its result (or status) in its
+                    // insert instead of one UPDATE round trip each: the row ends up the same,
+                    // since updates run after the inserts, in fold order, and touch that row
+                    // only.
+                    Change::ToolResult(r) => call_index
+                        .get(&(&*r.tenant_id, &*r.session_id, &*r.tool_call_id))
+                        .map_or(Slot::Update, |&i| Slot::Call(i)),
+                    Change::ToolStatus {
+                        tenant_id,
+                        session_id,
+                        tool_call_id,
+                        ..
+                    } => call_index
+                        .get(&(&**tenant_id, &**session_id, &**tool_call_id))
+                        .map_or(Slot::Update, |&i| Slot::Call(i)),
+                    _ => Slot::Update,
+                });
             }
         }
-        for chunk in events.chunks(INSERT_CHUNK) {
+        let mut events = Vec::new();
+        let mut messages = Vec::new();
+        let mut calls: Vec<CallRow> = Vec::new();
+        let mut updates = Vec::new();
+        for (c, slot) in changes.into_iter().zip(slots) {
+            match (c, slot) {
+                (Change::Event(e), Slot::Insert) => events.push(e),
+                (Change::Message(m), Slot::Insert) => messages.push(m),
+                (Change::ToolCall(t), Slot::Insert) => calls.push(CallRow {
+                    call: t,
+                    status: ToolStatus::Pending,
+                    result: None,
+                }),
+                (Change::ToolResult(r), Slot::Call(i)) => {
+                    calls[i].status = r.status;
+                    calls[i].result = Some(r);
+                }
+                (Change::ToolStatus { status, .. }, Slot::Call(i)) => calls[i].status = status,
+                (other, _) => updates.push(other),
+            }
+        }
+        let mut events = events.into_iter().peekable();
+        while events.peek().is_some() {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO events (tenant_id, session_id, seq, event_id, branch_id, \
                  participant_id, event_type, timestamp, log_partition, log_offset, \
                  transcript_tokens, body) ",
             );
-            q.push_values(chunk, |mut b, e| {
-                b.push_bind(&e.tenant_id)
-                    .push_bind(&e.session_id)
+            q.push_values(events.by_ref().take(INSERT_CHUNK), |mut b, e| {
+                b.push_bind(e.tenant_id)
+                    .push_bind(e.session_id)
                     .push_bind(e.seq as i64)
-                    .push_bind(&e.event_id)
-                    .push_bind(&e.branch_id)
-                    .push_bind(&e.participant_id)
-                    .push_bind(&e.event_type)
-                    .push_bind(&e.timestamp)
+                    .push_bind(e.event_id)
+                    .push_bind(e.branch_id)
+                    .push_bind(e.participant_id)
+                    .push_bind(e.event_type)
+                    .push_bind(e.timestamp)
                     .push_bind(i64::from(e.position.partition))
                     .push_bind(e.position.offset as i64)
                     .push_bind(e.transcript_tokens as i64)
-                    .push_bind(&e.json);
+                    .push_bind(e.json);
             });
             q.build().execute(&mut **tx).await?;
         }
-        for chunk in messages.chunks(INSERT_CHUNK) {
+        let mut messages = messages.into_iter().peekable();
+        while messages.peek().is_some() {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO messages (tenant_id, session_id, seq, branch_id, event_id, \
                  message_id, role, participant_id, text, tokens) ",
             );
-            q.push_values(chunk, |mut b, m| {
-                b.push_bind(&m.tenant_id)
-                    .push_bind(&m.session_id)
+            q.push_values(messages.by_ref().take(INSERT_CHUNK), |mut b, m| {
+                b.push_bind(m.tenant_id)
+                    .push_bind(m.session_id)
                     .push_bind(m.seq as i64)
-                    .push_bind(&m.branch_id)
-                    .push_bind(&m.event_id)
-                    .push_bind(&m.message_id)
-                    .push_bind(&m.role)
-                    .push_bind(&m.participant_id)
-                    .push_bind(&m.text)
+                    .push_bind(m.branch_id)
+                    .push_bind(m.event_id)
+                    .push_bind(m.message_id)
+                    .push_bind(m.role)
+                    .push_bind(m.participant_id)
+                    .push_bind(m.text)
                     .push_bind(m.tokens as i64);
             });
             q.build().execute(&mut **tx).await?;
         }
-        // 25 binds a row: 400 rows stay well under SQLite's 32,766 variables.
-        for chunk in calls.chunks(INSERT_CHUNK) {
+        // 24 binds a row: 400 rows stay well under SQLite's 32,766 variables.
+        let mut calls = calls.into_iter().peekable();
+        while calls.peek().is_some() {
             let mut q = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO tool_calls (tenant_id, session_id, tool_call_id, branch_id, name, \
                  args, participant_id, request_event_id, request_seq, message_id, call_tokens, \
@@ -223,42 +276,55 @@ impl SqliteStore {
                  output_sha256, output_bytes, output_tokens, preview_tokens, error, retryable, \
                  privacy_class) ",
             );
-            q.push_values(chunk, |mut b, row| {
+            q.push_values(calls.by_ref().take(INSERT_CHUNK), |mut b, row| {
                 let t = row.call;
-                let r = row.result;
+                let status = row.status.as_str();
                 // Without a result: the columns' defaults (NULL, 0, false).
-                b.push_bind(&t.tenant_id)
-                    .push_bind(&t.session_id)
-                    .push_bind(&t.tool_call_id)
-                    .push_bind(&t.branch_id)
-                    .push_bind(&t.name)
-                    .push_bind(&t.args)
-                    .push_bind(&t.participant_id)
-                    .push_bind(&t.request_event_id)
+                b.push_bind(t.tenant_id)
+                    .push_bind(t.session_id)
+                    .push_bind(t.tool_call_id)
+                    .push_bind(t.branch_id)
+                    .push_bind(t.name)
+                    .push_bind(t.args)
+                    .push_bind(t.participant_id)
+                    .push_bind(t.request_event_id)
                     .push_bind(t.request_seq as i64)
-                    .push_bind(&t.message_id)
+                    .push_bind(t.message_id)
                     .push_bind(t.call_tokens as i64)
-                    .push_bind(row.status.as_str())
-                    .push_bind(r.map(|r| &r.result_event_id))
-                    .push_bind(r.map(|r| r.result_seq as i64))
-                    .push_bind(r.and_then(|r| r.output.as_ref()))
-                    .push_bind(r.and_then(|r| r.output_ref.as_ref()))
-                    .push_bind(r.and_then(|r| r.output_preview.as_ref()))
-                    .push_bind(r.and_then(|r| r.output_sha256.as_ref()))
-                    .push_bind(r.and_then(|r| r.output_bytes).map(|b| b as i64))
-                    .push_bind(r.map_or(0, |r| r.output_tokens as i64))
-                    .push_bind(r.map_or(0, |r| r.preview_tokens as i64))
-                    .push_bind(r.and_then(|r| r.error.as_ref()))
-                    .push_bind(r.is_some_and(|r| r.retryable))
-                    .push_bind(
-                        r.and_then(|r| r.privacy_class)
-                            .map(strata_core::payload::PrivacyClass::as_str),
-                    );
+                    .push_bind(status);
+                match row.result {
+                    Some(r) => b
+                        .push_bind(Some(r.result_event_id))
+                        .push_bind(Some(r.result_seq as i64))
+                        .push_bind(r.output)
+                        .push_bind(r.output_ref)
+                        .push_bind(r.output_preview)
+                        .push_bind(r.output_sha256)
+                        .push_bind(r.output_bytes.map(|n| n as i64))
+                        .push_bind(r.output_tokens as i64)
+                        .push_bind(r.preview_tokens as i64)
+                        .push_bind(r.error)
+                        .push_bind(r.retryable)
+                        .push_bind(r.privacy_class.map(PrivacyClass::as_str)),
+                    None => b
+                        .push_bind(None::<String>)
+                        .push_bind(None::<i64>)
+                        .push_bind(None::<String>)
+                        .push_bind(None::<String>)
+                        .push_bind(None::<String>)
+                        .push_bind(None::<String>)
+                        .push_bind(None::<i64>)
+                        .push_bind(0_i64)
+                        .push_bind(0_i64)
+                        .push_bind(None::<String>)
+                        .push_bind(false)
+                        .push_bind(None::<&'static str>),
+                };
             });
             q.build().execute(&mut **tx).await?;
         }
         // Updates run after the inserts: a result always follows its call in the fold's order.
-        for c in updates {
+        for c in &updates {
             Self::write_update(tx, c).await?;
         }
         Ok(())
@@ -444,8 +510,14 @@ impl ProjectionStore for SqliteStore {
     #[tracing::instrument(name = "store.sqlite.commit_batch", skip_all, fields(changes = batch.changes.len()))]
     async fn commit_batch(&self, batch: ProjectionBatch) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        Self::write_changes(&mut tx, &batch.changes).await?;
-        for fold in &batch.folds {
+        let ProjectionBatch {
+            group,
+            changes,
+            folds,
+            offsets,
+        } = batch;
+        Self::write_changes(&mut tx, changes).await?;
+        for fold in &folds {
             let json = common::fold_json(fold)?;
             sqlx::query(
                 "INSERT INTO session_folds (tenant_id, session_id, head_seq, event_count, fold) \
@@ -461,12 +533,12 @@ impl ProjectionStore for SqliteStore {
             .execute(&mut *tx)
             .await?;
         }
-        for (partition, offset) in &batch.offsets {
+        for (partition, offset) in &offsets {
             sqlx::query(
                 "INSERT INTO consumer_offsets (group_id, partition, next_offset) VALUES (?, ?, ?) \
                  ON CONFLICT (group_id, partition) DO UPDATE SET next_offset = excluded.next_offset",
             )
-            .bind(&batch.group)
+            .bind(&group)
             .bind(i64::from(*partition))
             .bind(*offset as i64)
             .execute(&mut *tx)
@@ -657,5 +729,54 @@ impl ProjectionStore for SqliteStore {
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn index_sql(store: &SqliteStore) -> Option<String> {
+        sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE name = 'events_by_id'")
+            .fetch_optional(&store.pool)
+            .await
+            .expect("sqlite_master")
+    }
+
+    #[tokio::test]
+    async fn a_bulk_set_gets_events_by_id_when_made_durable_as_the_migration_writes_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        let live = SqliteStore::open(&path("live.db")).await.expect("open");
+        let expected = index_sql(&live).await;
+        assert!(expected.is_some());
+        let bulk = SqliteStore::open_bulk(&path("bulk.db"))
+            .await
+            .expect("open");
+        assert_eq!(
+            index_sql(&bulk).await,
+            None,
+            "left out while the set is built"
+        );
+        bulk.make_durable().await.expect("durable");
+        assert_eq!(index_sql(&bulk).await, expected);
+        bulk.make_durable().await.expect("twice is fine");
+        // A set that has events gets it back when reopened in bulk (a resumed rebuild asks it).
+        let resumed = SqliteStore::open_bulk(&path("resumed.db"))
+            .await
+            .expect("open");
+        sqlx::query(
+            "INSERT INTO events (tenant_id, session_id, seq, event_id, branch_id, participant_id, \
+             event_type, timestamp, log_partition, log_offset, transcript_tokens, body) \
+             VALUES ('t', 's', 1, 'e', 'main', 'p', 'FileRead', 'x', 0, 0, 0, '{}')",
+        )
+        .execute(&resumed.pool)
+        .await
+        .expect("insert");
+        drop(resumed);
+        let resumed = SqliteStore::open_bulk(&path("resumed.db"))
+            .await
+            .expect("reopen");
+        assert_eq!(index_sql(&resumed).await, expected);
     }
 }
