@@ -148,7 +148,15 @@ async fn flushed_or_stopped_redis_leaves_ingest_and_assembler_correct() {
         ..BackendOpts::embedded(dir.path())
     };
     let backends = Backends::open(&opts, "test").await.unwrap();
-    let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
+    // One ingest replica: it serialises its own reservations and appends, so heads may be
+    // recovered at once after a loss (no settling time; see `IngestOptions::hot_loss_settle`).
+    let ingestor = Arc::new(Ingestor::new(
+        backends.clone(),
+        IngestOptions {
+            hot_loss_settle: std::time::Duration::ZERO,
+            ..IngestOptions::default()
+        },
+    ));
 
     let mut first = vec![event(
         0,
