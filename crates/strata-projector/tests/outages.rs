@@ -18,8 +18,9 @@
 //! the embedded file log does not allow. Outside CI a missing server or variable skips a test
 //! with a message; under `CI` it fails.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -36,9 +37,7 @@ use strata_store::postgres::PgStore;
 use strata_store::sqlite::SqliteStore;
 use strata_store::ProjectionStore;
 
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some()
-}
+use support::*;
 
 fn required(var: &str) -> Option<String> {
     match std::env::var(var) {
@@ -68,276 +67,6 @@ fn installed(what: &str, path: &Path) -> bool {
         path.display()
     );
     false
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos();
-    format!("{prefix}_{}_{nanos}", std::process::id())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-/// Polls `check` every 100 ms until it holds; panics with `state()` after `within`.
-async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F, state: impl Fn() -> String)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for: {what}; last seen: {}",
-            state()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// A private PostgreSQL.
-
-/// The newest installed PostgreSQL's binaries, found as `scripts/services.sh` finds them.
-fn pg_bindir() -> Option<PathBuf> {
-    let mut found: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let version = e
-                .file_name()
-                .to_string_lossy()
-                .split('.')
-                .map(|n| n.parse().ok())
-                .collect::<Option<Vec<u32>>>()?;
-            let bin = e.path().join("bin");
-            bin.join("initdb").exists().then_some((version, bin))
-        })
-        .collect();
-    found.sort();
-    found.pop().map(|(_, bin)| bin)
-}
-
-/// A PostgreSQL server of this test's own: its data directory in a temporary directory, on a
-/// free loopback port. `initdb` and `postgres` refuse to run as root, so as root they run as the
-/// `postgres` OS user (as `scripts/services.sh` does).
-struct PrivatePostgres {
-    bin: PathBuf,
-    data: PathBuf,
-    port: u16,
-    as_postgres: bool,
-    // Removed after the server has stopped (fields drop after `Drop::drop`).
-    _dir: tempfile::TempDir,
-}
-
-impl PrivatePostgres {
-    fn start(bin: PathBuf) -> PrivatePostgres {
-        let as_postgres = is_root();
-        // Not under /root, and reachable by the postgres user: tempdirs are mode 700.
-        let dir = tempfile::Builder::new()
-            .prefix("strata-outage-pg-")
-            .tempdir_in("/tmp")
-            .expect("a temporary directory");
-        let data = dir.path().join("data");
-        std::fs::create_dir(&data).expect("create the data directory");
-        if as_postgres {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-                .expect("chmod the temporary directory");
-            let chown = Command::new("chown")
-                .arg("postgres")
-                .arg(&data)
-                .status()
-                .expect("run chown");
-            assert!(chown.success(), "chown postgres {}", data.display());
-        }
-        let pg = PrivatePostgres {
-            bin,
-            data,
-            port: free_port(),
-            as_postgres,
-            _dir: dir,
-        };
-        let initdb = pg
-            .command("initdb")
-            .arg("-D")
-            .arg(&pg.data)
-            .args(["-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"])
-            .arg("--locale=C.UTF-8")
-            .output()
-            .expect("run initdb");
-        assert!(
-            initdb.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&initdb.stderr)
-        );
-        pg.start_server();
-        pg
-    }
-
-    /// A command for one of the server's binaries, as the postgres user when running as root.
-    fn command(&self, binary: &str) -> Command {
-        let path = self.bin.join(binary);
-        if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(path);
-            c
-        } else {
-            Command::new(path)
-        }
-    }
-
-    fn pg_ctl(&self, args: &[&str]) -> std::process::Output {
-        self.command("pg_ctl")
-            .arg("-D")
-            .arg(&self.data)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run pg_ctl")
-    }
-
-    /// Starts the server and waits until it accepts connections.
-    fn start_server(&self) {
-        // fsync=off: test data only (an immediate stop is a process crash, not a power loss).
-        let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off",
-            self.port,
-            self.data.display()
-        );
-        let log = self.data.join("server.log").display().to_string();
-        let out = self.pg_ctl(&["-l", &log, "-w", "-t", "30", "-o", &options, "start"]);
-        assert!(
-            out.status.success(),
-            "postgresql did not start: {}; see {log}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// Stops the server the way a crash does: no checkpoint, connections cut.
-    fn crash(&self) {
-        let out = self.pg_ctl(&["-m", "immediate", "-w", "stop"]);
-        assert!(
-            out.status.success(),
-            "pg_ctl stop failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn url(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
-    }
-
-    async fn create_database(&self, name: &str) -> String {
-        let pool = sqlx::PgPool::connect(&self.url("postgres"))
-            .await
-            .expect("connect to the private postgresql");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&pool)
-            .await
-            .expect("create a database");
-        pool.close().await;
-        self.url(name)
-    }
-}
-
-impl Drop for PrivatePostgres {
-    fn drop(&mut self) {
-        let _ = self.pg_ctl(&["-m", "immediate", "-w", "stop"]);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// A `strata-projector` process.
-
-struct ProjectorProcess {
-    child: Child,
-    admin_port: u16,
-}
-
-impl ProjectorProcess {
-    fn start(dir: &Path, group: &str, log_url: &str, db_url: &str) -> ProjectorProcess {
-        let admin_port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_strata-projector"))
-            .env("STRATA_DATA_DIR", dir.join("projector"))
-            .env("STRATA_LOG", log_url)
-            .env("STRATA_DB", db_url)
-            .env("STRATA_HOT", "memory://")
-            .env(
-                "STRATA_BLOB",
-                format!("file://{}", dir.join("blobs").display()),
-            )
-            .env("STRATA_ADMIN_LISTEN", format!("127.0.0.1:{admin_port}"))
-            .env("STRATA_PROJECTOR_BATCH_SIZE", "25")
-            .env("STRATA_PROJECTOR_GROUP", group)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("run strata-projector");
-        ProjectorProcess { child, admin_port }
-    }
-
-    /// `GET path` on the admin port: the status code and the body (`None`: no answer).
-    fn get(&self, path: &str) -> Option<(u16, String)> {
-        let mut conn = std::net::TcpStream::connect(("127.0.0.1", self.admin_port)).ok()?;
-        conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(
-            conn,
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut text = String::new();
-        conn.read_to_string(&mut text).ok()?;
-        let status = text.split(' ').nth(1)?.parse().ok()?;
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-        Some((status, body))
-    }
-
-    /// Panics if the process has exited.
-    fn assert_running(&mut self, when: &str) {
-        if let Some(status) = self.child.try_wait().expect("wait on the projector") {
-            panic!("strata-projector exited {when}: {status}");
-        }
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait on the projector") {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the projector did not stop");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for ProjectorProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -431,19 +160,6 @@ fn without_offsets(mut print: BTreeMap<String, (u64, String)>) -> BTreeMap<Strin
     print
 }
 
-/// How many records `group` is behind the log's end, per the store (`None`: the store or the
-/// log did not answer).
-async fn behind(log: &dyn EventLog, store: &dyn ProjectionStore, group: &str) -> Option<u64> {
-    let end = log.end_offsets().await.ok()?;
-    let at = store.offsets(group).await.ok()?;
-    Some(
-        end.iter()
-            .enumerate()
-            .map(|(p, e)| e.saturating_sub(at.get(&(p as u32)).copied().unwrap_or(0)))
-            .sum(),
-    )
-}
-
 // ---------------------------------------------------------------------------------------------
 // PostgreSQL restart.
 
@@ -501,7 +217,15 @@ async fn postgres_crash_and_restart_under_a_running_projector_loses_nothing() {
     // The test's view of the live projections (its pool reconnects after the restart).
     let live = PgStore::open(&live_url).await.expect("open the live store");
 
-    let mut projector = ProjectorProcess::start(dir.path(), &group, &log_url, &live_url);
+    let mut projector = ProjectorProcess::start(
+        dir.path(),
+        &[
+            ("STRATA_LOG", log_url.clone()),
+            ("STRATA_DB", live_url.clone()),
+            ("STRATA_PROJECTOR_BATCH_SIZE", "25".into()),
+            ("STRATA_PROJECTOR_GROUP", group.clone()),
+        ],
+    );
     append(0, 120).await;
     eventually(
         "the projector catches up before the outage",
@@ -633,7 +357,7 @@ async fn redis_flushed_under_concurrent_ingest_hands_out_no_seq_twice_and_loses_
 /// writers for the settling time).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_flushed_under_two_ingest_replicas() {
-    redis_flushed_under_load(2, Duration::from_millis(300), Duration::from_millis(500), 3).await;
+    redis_flushed_under_load(2, Duration::from_millis(300), Duration::from_millis(500), 4).await;
 }
 
 /// `writers` concurrent writers over `replicas` ingest replicas (each with its own lock and
@@ -715,6 +439,8 @@ async fn redis_flushed_under_load(
     // Writers share the sessions; each re-sends a refused batch (same event ids) until it is
     // acknowledged, as a client must.
     let refusals = Arc::new(AtomicUsize::new(0));
+    // Paced so that the writing spans more than `min_flushes` flushes however fast ingest is.
+    let pace = flush_every * (min_flushes as u32 + 1) / (PER_WRITER / BATCH) as u32;
     let mut writers = Vec::new();
     for w in 0..WRITERS {
         let ingestor = replicas[w % replicas.len()].clone();
@@ -735,6 +461,7 @@ async fn redis_flushed_under_load(
                             acked.extend(
                                 outcomes.into_iter().map(|o| (o.event_id, o.status, o.seq)),
                             );
+                            tokio::time::sleep(pace).await;
                             break;
                         }
                         Err(
