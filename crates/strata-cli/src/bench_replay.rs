@@ -75,18 +75,7 @@ pub(crate) async fn run(
         None,
     )
     .await?;
-    println!(
-        "{:<60} {:>10.0} ev/s",
-        "rebuild: file log → new SQLite set (fold + write)", report.events_per_sec
-    );
-    println!(
-        "{:<60} {:>14}",
-        "  split: read+decode / fold / wait for writes (s)",
-        format!(
-            "{:.2} / {:.2} / {:.2}",
-            report.read_secs, report.apply_secs, report.write_wait_secs
-        )
-    );
+    print_rebuild("rebuild: file log → new SQLite set (fold + write)", &report);
     let v = report.verification.unwrap_or_default();
     println!(
         "{:<60} {:>11.2} s",
@@ -210,17 +199,9 @@ async fn from_kafka(
             None,
         )
         .await?;
-        println!(
-            "{:<60} {:>10.0} ev/s",
-            "rebuild: Kafka → new PostgreSQL schema (fold + write)", report.events_per_sec
-        );
-        println!(
-            "{:<60} {:>14}",
-            "  split: read+decode / fold / wait for writes (s)",
-            format!(
-                "{:.2} / {:.2} / {:.2}",
-                report.read_secs, report.apply_secs, report.write_wait_secs
-            )
+        print_rebuild(
+            "rebuild: Kafka → new PostgreSQL schema (fold + write)",
+            &report,
         );
         println!(
             "{:<60} {:>14}",
@@ -245,21 +226,23 @@ async fn from_kafka(
             None,
         )
         .await?;
-        println!(
-            "{:<60} {:>10.0} ev/s",
-            "rebuild: Kafka → new SQLite set (fold + write)", report.events_per_sec
-        );
-        println!(
-            "{:<60} {:>14}",
-            "  split: read+decode / fold / wait for writes (s)",
-            format!(
-                "{:.2} / {:.2} / {:.2}",
-                report.read_secs, report.apply_secs, report.write_wait_secs
-            )
-        );
+        print_rebuild("rebuild: Kafka → new SQLite set (fold + write)", &report);
         anyhow::Ok(())
     }
     .await;
     database.drop().await;
     result
+}
+
+/// A rebuild's rate and where its time went.
+fn print_rebuild(what: &str, report: &rebuild::RebuildReport) {
+    println!("{:<60} {:>10.0} ev/s", what, report.events_per_sec);
+    println!(
+        "{:<60} {:>14}",
+        "  split: read+decode / fold / wait for writes (s)",
+        format!(
+            "{:.2} / {:.2} / {:.2}",
+            report.read_secs, report.apply_secs, report.write_wait_secs
+        )
+    );
 }
