@@ -8,6 +8,8 @@
 //! compaction is one more derived event. A compaction whose check fails is recorded with status
 //! `failed` and its reasons, and replaces nothing.
 
+pub mod planner;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};

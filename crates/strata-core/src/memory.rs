@@ -987,6 +987,30 @@ pub struct Derived {
     pub payload: Payload,
 }
 
+/// Actor of the events the memory extractor writes.
+pub const ACTOR: &str = "strata-memory";
+
+impl Derived {
+    /// The event that carries this payload: same tenant, session, branch, participant and
+    /// timestamp as its source, so the same log always derives the same bytes.
+    pub fn into_event(self, source: &Event) -> Event {
+        Event {
+            event_id: self.event_id,
+            tenant_id: source.tenant_id.clone(),
+            session_id: source.session_id.clone(),
+            branch_id: source.branch_id.clone(),
+            seq: None,
+            parent_event_id: None,
+            timestamp: source.timestamp,
+            actor: Some(ACTOR.into()),
+            participant_id: source.participant_id.clone(),
+            payload: self.payload,
+            causality: None,
+            extra: Default::default(),
+        }
+    }
+}
+
 impl MemoryEngine {
     /// An engine trying `extractors` in order (the first that answers wins).
     pub fn new(extractors: Vec<Box<dyn Extractor>>) -> Self {

@@ -23,8 +23,7 @@ use strata_runtime::Backends;
 
 /// The consumer group of the memory extractor.
 pub const DEFAULT_GROUP: &str = "strata-memory";
-/// Actor of the events this service writes.
-pub const ACTOR: &str = "strata-memory";
+pub use strata_core::memory::ACTOR;
 
 /// Errors of the memory extractor.
 #[derive(Debug, thiserror::Error)]
@@ -48,23 +47,9 @@ impl From<DeriveError> for Error {
     }
 }
 
-/// The event that carries a derived payload: same tenant, session, branch, participant and
-/// timestamp as its source, so the same log always derives the same bytes.
+/// The event that carries a derived payload (see [`Derived::into_event`]).
 pub fn derived_event(source: &Event, d: Derived) -> Event {
-    Event {
-        event_id: d.event_id,
-        tenant_id: source.tenant_id.clone(),
-        session_id: source.session_id.clone(),
-        branch_id: source.branch_id.clone(),
-        seq: None,
-        parent_event_id: None,
-        timestamp: source.timestamp,
-        actor: Some(ACTOR.into()),
-        participant_id: source.participant_id.clone(),
-        payload: d.payload,
-        causality: None,
-        extra: Default::default(),
-    }
+    d.into_event(source)
 }
 
 /// Runs the memory extractor with the default (deterministic, offline) extractors until
