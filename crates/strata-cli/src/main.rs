@@ -16,6 +16,7 @@ mod bench_scenarios;
 mod compact;
 mod demo;
 mod dev;
+mod eval;
 mod jsonl;
 mod replay;
 mod view;
@@ -123,6 +124,10 @@ enum Command {
         #[arg(long, default_value_t = 60, requires = "follow")]
         interval_secs: u64,
     },
+    /// Score the context at every model call point of recorded sessions against the response
+    /// the model really gave (evidence recall) and its cost against transcript replay, beside
+    /// the baselines (last-N observations, newest-message truncation, the floor). Never writes.
+    Eval(eval::EvalArgs),
     /// Rebuild the projections from the log into a new set, verify it and switch readers to it.
     Rebuild(replay::RebuildArgs),
     /// Measure ingest, projection and assembly on a scratch data directory.
@@ -387,6 +392,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Replay(args) => replay::replay(opts, &args).await,
         Command::Rebuild(args) => replay::rebuild(opts, &args, wait).await,
+        Command::Eval(args) => eval::run(opts, &args).await,
         Command::Archive {
             max_records,
             json,

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use strata_core::assembly::AssemblyPolicy;
 use strata_core::Event;
 use strata_log::{EventLog, FileLogOptions};
 use strata_replay::rebuild::{self, RebuildOptions};
@@ -70,7 +69,7 @@ pub(crate) struct RebuildArgs {
     json: bool,
 }
 
-fn progress_line(p: Progress) {
+pub(crate) fn progress_line(p: Progress) {
     let sessions = if p.total_sessions > 0 {
         format!("sessions {}/{}  ", p.sessions, p.total_sessions)
     } else {
@@ -85,7 +84,7 @@ fn progress_line(p: Progress) {
 
 /// The log alone (never the projection store), with the data directory locked when it lives
 /// there.
-async fn open_log(
+pub(crate) async fn open_log(
     opts: &BackendOpts,
     holder: &str,
 ) -> anyhow::Result<(Arc<dyn EventLog>, Option<DataDirLock>)> {
@@ -134,19 +133,11 @@ fn read_jsonl(path: &PathBuf) -> anyhow::Result<Vec<Event>> {
 }
 
 pub(crate) async fn replay(opts: &BackendOpts, args: &ReplayArgs) -> anyhow::Result<()> {
-    let policy = match &args.policy {
-        Some(v) => Some(AssemblyPolicy::by_version(v).ok_or_else(|| {
-            anyhow::anyhow!(
-                "unknown assembly policy {v:?}: known are {}",
-                AssemblyPolicy::all()
-                    .iter()
-                    .map(|p| p.version)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })?),
-        None => None,
-    };
+    let policy = args
+        .policy
+        .as_deref()
+        .map(crate::eval::policy_by_version)
+        .transpose()?;
     let options = ReplayOptions {
         selection: Selection {
             tenant: args.tenant.clone(),

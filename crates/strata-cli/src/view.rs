@@ -174,3 +174,17 @@ pub(crate) async fn print_why_not(
     }
     Ok(())
 }
+
+/// A label cut to `width` characters, with an ellipsis in the middle when it is longer (session
+/// ids differ at both ends).
+pub(crate) fn truncate_label(label: &str, width: usize) -> String {
+    let n = label.chars().count();
+    if n <= width {
+        return label.to_owned();
+    }
+    let head = (width - 1) / 2;
+    let tail = width - 1 - head;
+    let start: String = label.chars().take(head).collect();
+    let end: String = label.chars().skip(n - tail).collect();
+    format!("{start}…{end}")
+}

@@ -8,12 +8,17 @@
 //!   hash per table, content hash per session) and only then switches readers over by rewriting
 //!   the data directory's store pointer; resumes where it stopped after a crash.
 //!
-//! Both read the log with [`strata_log::EventLog::read`], outside any consumer group, and never
+//! - [`eval`]: scores the context at every model call point of recorded sessions against the
+//!   response the model really gave (evidence recall), beside transcript replay and the other
+//!   baselines.
+//!
+//! All read the log with [`strata_log::EventLog::read`], outside any consumer group, and never
 //! append to it.
 
 use std::path::PathBuf;
 
 pub mod archive;
+pub mod eval;
 mod fold;
 pub mod rebuild;
 pub mod replay;
@@ -21,6 +26,7 @@ mod source;
 pub mod verify;
 pub mod workload;
 
+pub use eval::{eval, EvalOptions, EvalReport, Evaluator};
 pub use rebuild::{rebuild, RebuildOptions, RebuildReport};
 pub use replay::{replay, ReplayOptions, ReplayReport, Selection};
 pub use source::Progress;

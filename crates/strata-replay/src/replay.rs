@@ -166,76 +166,14 @@ pub async fn replay(
     progress: Option<&mut (dyn FnMut(Progress) + Send)>,
 ) -> Result<ReplayReport> {
     let mut ticker = Ticker::new(progress);
-    // Collect the selected sessions' events, grouped by session, in log order.
-    let mut order: Vec<(String, String)> = Vec::new();
-    let mut by_session: HashMap<(String, String), Vec<(LogPosition, Event)>> = HashMap::new();
-    let mut in_range: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut scanned = 0u64;
-    let mut take = |pos: LogPosition, e: Event| {
-        if !options.selection.matches_session(&e) {
-            return;
-        }
-        let key = (e.tenant_id.clone(), e.session_id.clone());
-        if options.selection.in_range(&e) {
-            in_range.insert(key.clone());
-        }
-        by_session
-            .entry(key.clone())
-            .or_insert_with(|| {
-                order.push(key);
-                Vec::new()
-            })
-            .push((pos, e));
-    };
-    match source {
-        ReplaySource::Log(log) => {
-            let head = offsets_of(&log.end_offsets().await?);
-            let mut reader = LogReader::new(&Default::default(), &head);
-            while let Some(chunk) = reader.next_chunk(log).await? {
-                scanned += chunk.len() as u64;
-                for (pos, e) in chunk {
-                    take(pos, e);
-                }
-            }
-        }
-        ReplaySource::Events(events) => {
-            for (i, e) in events.into_iter().enumerate() {
-                scanned += 1;
-                take(
-                    LogPosition {
-                        partition: 0,
-                        offset: i as u64,
-                    },
-                    e,
-                );
-            }
-        }
-    }
-    order.retain(|k| in_range.contains(k));
+    let Collected {
+        order,
+        mut by_session,
+        scanned,
+    } = collect(source, &options.selection).await?;
     let total_events: u64 = order.iter().map(|k| by_session[k].len() as u64).sum();
 
-    let temp;
-    let scratch_dir = match &options.scratch_dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).map_err(io_err(d))?;
-            d.clone()
-        }
-        None => {
-            temp = tempfile::Builder::new()
-                .prefix("strata-replay-")
-                .tempdir()
-                .map_err(io_err(std::env::temp_dir()))?;
-            temp.path().to_owned()
-        }
-    };
-    let scratch_path = scratch_dir.join("replay-scratch.db");
-    if scratch_path.exists() {
-        return Err(Error::Invalid(format!(
-            "{} exists: replay wants a fresh scratch set",
-            scratch_path.display()
-        )));
-    }
-    let scratch = SqliteStore::open(&scratch_path.display().to_string()).await?;
+    let (_temp, scratch) = scratch_set(options.scratch_dir.as_ref()).await?;
 
     let recorded_default = AssemblyPolicy::default();
     let mut report = ReplayReport {
@@ -293,6 +231,101 @@ pub async fn replay(
     report.events_per_sec = report.events as f64 / report.elapsed_secs.max(1e-9);
     drop(scratch);
     Ok(report)
+}
+
+/// A fresh scratch projection set: a SQLite file in `dir`, or in a temporary directory that is
+/// deleted with the returned guard.
+pub(crate) async fn scratch_set(
+    dir: Option<&PathBuf>,
+) -> Result<(Option<tempfile::TempDir>, SqliteStore)> {
+    let (temp, scratch_dir) = match dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(io_err(d))?;
+            (None, d.clone())
+        }
+        None => {
+            let temp = tempfile::Builder::new()
+                .prefix("strata-replay-")
+                .tempdir()
+                .map_err(io_err(std::env::temp_dir()))?;
+            let path = temp.path().to_owned();
+            (Some(temp), path)
+        }
+    };
+    let scratch_path = scratch_dir.join("replay-scratch.db");
+    if scratch_path.exists() {
+        return Err(Error::Invalid(format!(
+            "{} exists: replay wants a fresh scratch set",
+            scratch_path.display()
+        )));
+    }
+    let scratch = SqliteStore::open(&scratch_path.display().to_string()).await?;
+    Ok((temp, scratch))
+}
+
+/// The selected sessions' events, grouped by session in log order.
+pub(crate) struct Collected {
+    /// Sessions in the order of their first event.
+    pub(crate) order: Vec<(String, String)>,
+    pub(crate) by_session: HashMap<(String, String), Vec<(LogPosition, Event)>>,
+    /// Events read from the source.
+    pub(crate) scanned: u64,
+}
+
+/// Reads `source` and keeps the sessions `selection` matches (whole, when one of their events
+/// is in its time range).
+pub(crate) async fn collect(source: ReplaySource<'_>, selection: &Selection) -> Result<Collected> {
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut by_session: HashMap<(String, String), Vec<(LogPosition, Event)>> = HashMap::new();
+    let mut in_range: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut scanned = 0u64;
+    let mut take = |pos: LogPosition, e: Event| {
+        if !selection.matches_session(&e) {
+            return;
+        }
+        let key = (e.tenant_id.clone(), e.session_id.clone());
+        if selection.in_range(&e) {
+            in_range.insert(key.clone());
+        }
+        by_session
+            .entry(key.clone())
+            .or_insert_with(|| {
+                order.push(key);
+                Vec::new()
+            })
+            .push((pos, e));
+    };
+    match source {
+        ReplaySource::Log(log) => {
+            let head = offsets_of(&log.end_offsets().await?);
+            let mut reader = LogReader::new(&Default::default(), &head);
+            while let Some(chunk) = reader.next_chunk(log).await? {
+                scanned += chunk.len() as u64;
+                for (pos, e) in chunk {
+                    take(pos, e);
+                }
+            }
+        }
+        ReplaySource::Events(events) => {
+            for (i, e) in events.into_iter().enumerate() {
+                scanned += 1;
+                take(
+                    LogPosition {
+                        partition: 0,
+                        offset: i as u64,
+                    },
+                    e,
+                );
+            }
+        }
+    }
+    order.retain(|k| in_range.contains(k));
+    by_session.retain(|k, _| in_range.contains(k));
+    Ok(Collected {
+        order,
+        by_session,
+        scanned,
+    })
 }
 
 fn bundle(a: &ContextAssembly) -> Bundle {

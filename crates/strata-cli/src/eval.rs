@@ -1,0 +1,369 @@
+//! `strata eval`: a thin verb over `strata_replay::eval`. Sessions come from files in any
+//! importable format (converted in memory, never appended), the archive, or the live log.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use strata_core::assembly::AssemblyPolicy;
+use strata_core::Event;
+use strata_eval::{SideTotals, Totals};
+use strata_import::{Format, ImportOptions, Source};
+use strata_replay::eval::{EvalOptions, EvalReport, Evaluator};
+use strata_replay::replay::{ReplaySource, Selection};
+use strata_replay::Progress;
+use strata_runtime::BackendOpts;
+
+use crate::replay::{open_log, progress_line};
+
+/// Options of `strata eval`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct EvalArgs {
+    /// Trajectory files to evaluate (any format `strata import` reads); none: the live log.
+    files: Vec<PathBuf>,
+    /// Format of the files (default: detected from each file's content).
+    #[arg(long, default_value = "auto")]
+    format: String,
+    /// Only this tenant (and the tenant of events converted from files).
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Only these sessions (repeatable).
+    #[arg(long = "session")]
+    sessions: Vec<String>,
+    /// Only sessions with an event at or after this time (RFC 3339).
+    #[arg(long)]
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only sessions with an event before this time (RFC 3339).
+    #[arg(long)]
+    until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Evaluate the log archive in blob storage (`strata archive`) instead of the log.
+    #[arg(long, conflicts_with = "files")]
+    from_archive: bool,
+    /// Assemble under this policy instead of each point's recorded one.
+    #[arg(long)]
+    policy: Option<String>,
+    /// Token budget of every assembly (default: the recorded one, or the window).
+    #[arg(long)]
+    budget: Option<u64>,
+    /// N of the last-N-observations baseline.
+    #[arg(long, default_value_t = strata_eval::DEFAULT_LAST_N)]
+    last_n: usize,
+    /// Write every call point's score (with the references the context missed and where they
+    /// were last seen) as JSON lines to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Leave out the per-session rows (totals only).
+    #[arg(long)]
+    totals_only: bool,
+}
+
+pub(crate) fn policy_by_version(v: &str) -> anyhow::Result<AssemblyPolicy> {
+    AssemblyPolicy::by_version(v).ok_or_else(|| {
+        anyhow::anyhow!(
+            "unknown assembly policy {v:?}: known are {}",
+            AssemblyPolicy::all()
+                .iter()
+                .map(|p| p.version)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+pub(crate) async fn run(opts: &BackendOpts, args: &EvalArgs) -> anyhow::Result<()> {
+    let options = EvalOptions {
+        selection: Selection {
+            tenant: args.tenant.clone(),
+            sessions: args.sessions.clone(),
+            since: args.since,
+            until: args.until,
+        },
+        policy: args.policy.as_deref().map(policy_by_version).transpose()?,
+        budget: args.budget,
+        last_n: args.last_n,
+        keep_points: args.report.is_some(),
+        ..EvalOptions::default()
+    };
+    let show_progress = std::io::stderr().is_terminal() && !args.json;
+    let mut sink = progress_line;
+    let progress: Option<&mut (dyn FnMut(Progress) + Send)> =
+        show_progress.then_some(&mut sink as &mut (dyn FnMut(Progress) + Send));
+    let report = if !args.files.is_empty() {
+        eval_files(args, &options, show_progress).await?
+    } else if args.from_archive {
+        let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
+        let events = archived_events(&blobs).await?;
+        strata_replay::eval(
+            ReplaySource::Events(events),
+            "archive",
+            Some(&blobs),
+            &options,
+            progress,
+        )
+        .await?
+    } else {
+        let (log, _lock) = open_log(opts, "strata eval").await?;
+        let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
+        strata_replay::eval(
+            ReplaySource::Log(log.as_ref()),
+            "log",
+            Some(&blobs),
+            &options,
+            progress,
+        )
+        .await?
+    };
+    if show_progress {
+        eprintln!();
+    }
+    if let Some(path) = &args.report {
+        write_points(path, &report)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary_json(&report))?);
+        return Ok(());
+    }
+    print!("{}", table(&report, args.last_n, !args.totals_only));
+    if let Some(path) = &args.report {
+        println!("call points written to {}", path.display());
+    }
+    Ok(())
+}
+
+async fn archived_events(blobs: &strata_blob::BlobStore) -> anyhow::Result<Vec<Event>> {
+    let codec = strata_codec::AvroCodec::new();
+    let mut events = Vec::new();
+    for r in strata_replay::archive::read_all(blobs).await? {
+        events.push(codec.decode(&r.value).with_context(|| {
+            format!(
+                "archived record p{} o{} does not decode",
+                r.partition, r.offset
+            )
+        })?);
+    }
+    Ok(events)
+}
+
+/// Converts each file and evaluates its sessions, one file at a time.
+async fn eval_files(
+    args: &EvalArgs,
+    options: &EvalOptions,
+    show_progress: bool,
+) -> anyhow::Result<EvalReport> {
+    let forced: Option<Format> = match args.format.as_str() {
+        "auto" => None,
+        f => Some(f.parse().map_err(|e: String| anyhow::anyhow!(e))?),
+    };
+    let import = ImportOptions::new(
+        args.tenant
+            .clone()
+            .unwrap_or_else(|| strata_runtime::auth::DEV_TENANT.to_owned()),
+    );
+    let mut evaluator = Evaluator::new(options.clone(), None).await?;
+    let started = std::time::Instant::now();
+    for (i, path) in args.files.iter().enumerate() {
+        let source = Source::new(path);
+        let format = match forced {
+            Some(f) => f,
+            None => strata_import::detect(&source)?,
+        };
+        let mut events: Vec<Event> = Vec::new();
+        strata_import::convert(&source, format, &import, &mut |e| {
+            events.push(e);
+            Ok(())
+        })?;
+        for session in by_session(events) {
+            if !selected(&options.selection, &session) {
+                continue;
+            }
+            evaluator.session(format.as_str(), session).await?;
+        }
+        if show_progress {
+            eprint!(
+                "\rfiles {}/{}  {:.0}s   ",
+                i + 1,
+                args.files.len(),
+                started.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    Ok(evaluator.finish())
+}
+
+/// Events grouped by session, sessions in the order of their first event.
+fn by_session(events: Vec<Event>) -> Vec<Vec<Event>> {
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut groups: std::collections::HashMap<(String, String), Vec<Event>> =
+        std::collections::HashMap::new();
+    for e in events {
+        let key = (e.tenant_id.clone(), e.session_id.clone());
+        groups
+            .entry(key.clone())
+            .or_insert_with(|| {
+                order.push(key);
+                Vec::new()
+            })
+            .push(e);
+    }
+    order
+        .into_iter()
+        .filter_map(|k| groups.remove(&k))
+        .collect()
+}
+
+fn selected(selection: &Selection, session: &[Event]) -> bool {
+    let Some(first) = session.first() else {
+        return false;
+    };
+    (selection.sessions.is_empty() || selection.sessions.contains(&first.session_id))
+        && session.iter().any(|e| {
+            selection.since.is_none_or(|s| e.timestamp >= s)
+                && selection.until.is_none_or(|u| e.timestamp < u)
+        })
+}
+
+fn write_points(path: &PathBuf, report: &EvalReport) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+    );
+    for p in &report.points {
+        serde_json::to_writer(&mut out, p)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The figures of one set of totals, as the JSON summary has them.
+fn totals_json(t: &Totals) -> serde_json::Value {
+    let side = |s: &SideTotals| {
+        serde_json::json!({
+            "tokens": s.tokens,
+            "reduction": t.reduction(s),
+            "recall": t.recall(s),
+        })
+    };
+    serde_json::json!({
+        "points": t.points,
+        "evidence": t.evidence,
+        "complete_points": t.complete_points,
+        "strata": side(&t.strata),
+        "transcript": side(&t.transcript),
+        "last_n": side(&t.last_n),
+        "truncated": side(&t.truncated),
+        "floor": side(&t.floor),
+        "recall_by_kind": t.by_kind.iter().map(|(k, [n, held])| {
+            (k.as_str().to_owned(), serde_json::json!({
+                "evidence": n,
+                "recall": if *n == 0 { 1.0 } else { *held as f64 / *n as f64 },
+            }))
+        }).collect::<serde_json::Map<_, _>>(),
+    })
+}
+
+fn summary_json(report: &EvalReport) -> serde_json::Value {
+    serde_json::json!({
+        "policy": report.policy,
+        "sessions": report.sessions.len(),
+        "events": report.events,
+        "skipped_points": report.skipped_points,
+        "elapsed_secs": report.elapsed_secs,
+        "totals": totals_json(&report.totals),
+        "groups": report.groups.iter()
+            .map(|(g, t)| (g.clone(), totals_json(t)))
+            .collect::<serde_json::Map<_, _>>(),
+        "per_session": report.sessions.iter().map(|s| serde_json::json!({
+            "tenant_id": s.tenant_id,
+            "session_id": s.session_id,
+            "group": s.group,
+            "events": s.events,
+            "totals": totals_json(&s.totals),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+fn row(label: &str, t: &Totals) -> String {
+    format!(
+        "{label:<34} {:>6} {:>7} {:>11} {:>7} {:>7} {:>11} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
+        t.points,
+        t.evidence,
+        t.strata.tokens,
+        pct(t.reduction(&t.strata)),
+        pct(t.recall(&t.strata)),
+        t.transcript.tokens,
+        pct(t.reduction(&t.last_n)),
+        pct(t.recall(&t.last_n)),
+        pct(t.recall(&t.truncated)),
+        pct(t.reduction(&t.floor)),
+        pct(t.recall(&t.floor)),
+    )
+}
+
+/// The text report: a row per session (when asked), per group, and overall.
+fn table(report: &EvalReport, last_n: usize, sessions: bool) -> String {
+    let mut out = format!(
+        "policy {}; tokens are summed over call points; reduction is against transcript replay \
+         at the same points; recall is the share of the evidence (references of the recorded \
+         response found in earlier events) the context holds\n\n",
+        report.policy
+    );
+    out.push_str(&format!(
+        "{:<34} {:>6} {:>7} {:>11} {:>7} {:>7} {:>11} {:>15} {:>7} {:>15}\n",
+        "",
+        "",
+        "",
+        "strata",
+        "",
+        "",
+        "transcript",
+        format!("last-{last_n} obs"),
+        "trunc.",
+        "floor"
+    ));
+    out.push_str(&format!(
+        "{:<34} {:>6} {:>7} {:>11} {:>7} {:>7} {:>11} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
+        "session",
+        "points",
+        "evid.",
+        "tokens",
+        "reduc.",
+        "recall",
+        "tokens",
+        "reduc.",
+        "recall",
+        "recall",
+        "reduc.",
+        "recall"
+    ));
+    if sessions {
+        for s in &report.sessions {
+            let label = crate::view::truncate_label(&s.session_id, 34);
+            out.push_str(&row(&label, &s.totals));
+        }
+        out.push('\n');
+    }
+    for (group, t) in &report.groups {
+        out.push_str(&row(&format!("[{group}]"), t));
+    }
+    out.push_str(&row("all", &report.totals));
+    out.push_str(&format!(
+        "\n{} sessions, {} events, {} call points ({} skipped: no state), {:.1}s; the policy's \
+         context held all the evidence at {} of {} points\n",
+        report.sessions.len(),
+        report.events,
+        report.totals.points,
+        report.skipped_points,
+        report.elapsed_secs,
+        report.totals.complete_points,
+        report.totals.points,
+    ));
+    out
+}

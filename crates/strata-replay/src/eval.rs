@@ -1,0 +1,547 @@
+//! `strata eval`: is the context sufficient, and at what cost — at every model call point of
+//! recorded sessions.
+//!
+//! Each session's events go, in order, through what production does to them: ingest's artifact
+//! offload (outputs over the threshold become an artifact ref and a preview), the projector's
+//! fold into a scratch projection set, and the memory extractor and the compactor (their pure
+//! engines, inline, as if the services kept up: their records on the source, if any, are
+//! dropped and derived again). At every `ModelResponseReceived` — a model call whose answer is
+//! on record — the state just before it is assembled exactly as the assembler would (the
+//! policy and request of the `ContextBuilt` that preceded it, or the defaults; `--policy` and
+//! `--budget` override) and scored with [`strata_eval`] against that recorded answer, beside
+//! the baselines. Nothing is written to the live log or projections.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use serde::Serialize;
+use strata_blob::BlobStore;
+use strata_core::assembly::{
+    assemble_with_policy, preview, Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage,
+    ContextAssembly, Provider,
+};
+use strata_core::compaction::planner::{compaction_event, CompactorOptions, Planner};
+use strata_core::memory::MemoryEngine;
+use strata_core::payload::{ToolCallFinished, ToolSpec};
+use strata_core::projection::LogPosition;
+use strata_core::tokens::{O200k, TokenCounter};
+use strata_core::{Event, Payload};
+use strata_eval::{argument_text, History, PointScore, Role, Totals};
+use strata_store::sqlite::SqliteStore;
+use strata_store::ProjectionStore;
+
+use crate::fold::Folder;
+use crate::replay::{collect, scratch_set, ReplaySource, Selection};
+use crate::source::{Progress, Ticker};
+use crate::Result;
+
+/// Newest messages of a branch lineage read per snapshot (the assembler's default).
+const WINDOW: u32 = 256;
+
+/// Options of an evaluation.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    pub selection: Selection,
+    /// Assemble under this policy instead of each point's recorded one.
+    pub policy: Option<AssemblyPolicy>,
+    /// Token budget of every assembly (default: the recorded one, or the window).
+    pub budget: Option<u64>,
+    /// N of the last-N-observations baseline.
+    pub last_n: usize,
+    /// Tool outputs over this many bytes become artifacts, as ingest does (the live log's
+    /// events are offloaded already).
+    pub artifact_threshold: usize,
+    /// Keep every point's score in the report (`--report`).
+    pub keep_points: bool,
+    /// Directory for the scratch projection set (default: a temporary directory).
+    pub scratch_dir: Option<PathBuf>,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        Self {
+            selection: Selection::default(),
+            policy: None,
+            budget: None,
+            last_n: strata_eval::DEFAULT_LAST_N,
+            artifact_threshold: 8 * 1024,
+            keep_points: false,
+            scratch_dir: None,
+        }
+    }
+}
+
+/// One session's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionResult {
+    pub tenant_id: String,
+    pub session_id: String,
+    /// What its totals are grouped under (the source format, or `log`).
+    pub group: String,
+    pub events: u64,
+    pub totals: Totals,
+}
+
+/// One call point's score.
+#[derive(Debug, Clone, Serialize)]
+pub struct PointResult {
+    pub tenant_id: String,
+    pub session_id: String,
+    pub branch_id: String,
+    /// The recorded response's event.
+    pub event_id: String,
+    /// Its seq on the source (or its position in the session when the source has none).
+    pub seq: u64,
+    pub policy: String,
+    /// Tokens of each segment kind of the policy's context.
+    pub segments: BTreeMap<String, u64>,
+    #[serde(flatten)]
+    pub score: PointScore,
+}
+
+/// The figures of an evaluation.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EvalReport {
+    /// The policy assembled under (`recorded` when each point's own).
+    pub policy: String,
+    pub sessions: Vec<SessionResult>,
+    /// Totals by group (source format).
+    pub groups: BTreeMap<String, Totals>,
+    pub totals: Totals,
+    /// Responses with no branch state to assemble from (skipped).
+    pub skipped_points: u64,
+    pub events: u64,
+    pub elapsed_secs: f64,
+    #[serde(skip)]
+    pub points: Vec<PointResult>,
+}
+
+/// Evaluates sessions one at a time into one scratch set.
+pub struct Evaluator<'a> {
+    options: EvalOptions,
+    blobs: Option<&'a BlobStore>,
+    scratch: SqliteStore,
+    _scratch_dir: Option<tempfile::TempDir>,
+    folder: Folder,
+    memory: MemoryEngine,
+    planner: Planner,
+    offset: u64,
+    report: EvalReport,
+    started: std::time::Instant,
+}
+
+impl std::fmt::Debug for Evaluator<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Evaluator")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a session's evaluation keeps while it runs.
+#[derive(Default)]
+struct SessionRun {
+    /// The history as the model read it, per branch.
+    histories: HashMap<String, History>,
+    /// Tool names by call id (for the report's "last seen in").
+    tool_names: HashMap<String, String>,
+    /// The request recorded by the latest `ContextBuilt` of each branch, until its response.
+    recorded: HashMap<String, ContextAssembly>,
+    seen: std::collections::HashSet<String>,
+    seq: u64,
+    totals: Totals,
+    events: u64,
+}
+
+impl<'a> Evaluator<'a> {
+    /// `blobs` resolves the artifact refs of events that were offloaded before (the live log):
+    /// without it their previews stand in for their bytes in the history.
+    pub async fn new(options: EvalOptions, blobs: Option<&'a BlobStore>) -> Result<Self> {
+        let (dir, scratch) = scratch_set(options.scratch_dir.as_ref()).await?;
+        let policy = options
+            .policy
+            .map_or_else(|| "recorded".to_owned(), |p| p.version.to_owned());
+        Ok(Self {
+            options,
+            blobs,
+            scratch,
+            _scratch_dir: dir,
+            folder: Folder::new("strata-eval", false, 1),
+            memory: MemoryEngine::default(),
+            planner: Planner::new(CompactorOptions::default()),
+            offset: 0,
+            report: EvalReport {
+                policy,
+                ..EvalReport::default()
+            },
+            started: std::time::Instant::now(),
+        })
+    }
+
+    /// Evaluates one session's events (in order), its totals grouped under `group`.
+    pub async fn session(&mut self, group: &str, events: Vec<Event>) -> Result<()> {
+        let Some(first) = events.first() else {
+            return Ok(());
+        };
+        let (tenant, session) = (first.tenant_id.clone(), first.session_id.clone());
+        let mut run = SessionRun::default();
+        for event in events {
+            if matches!(
+                event.payload,
+                Payload::MemoryRecorded(_)
+                    | Payload::MemorySuperseded(_)
+                    | Payload::CompactionCompleted(_)
+            ) || !run.seen.insert(event.event_id.clone())
+            {
+                continue; // derived again below, or a duplicate the fold would skip
+            }
+            self.step(&mut run, event).await?;
+        }
+        self.folder.flush(&self.scratch).await?;
+        self.report.events += run.events;
+        self.report
+            .groups
+            .entry(group.to_owned())
+            .or_default()
+            .merge(&run.totals);
+        self.report.totals.merge(&run.totals);
+        self.report.sessions.push(SessionResult {
+            tenant_id: tenant,
+            session_id: session,
+            group: group.to_owned(),
+            events: run.events,
+            totals: run.totals,
+        });
+        Ok(())
+    }
+
+    /// One source event: scored when it is a call point, then folded, with what the services
+    /// would derive from it.
+    async fn step(&mut self, run: &mut SessionRun, mut event: Event) -> Result<()> {
+        let source_seq = event.seq;
+        run.seq += 1;
+        event.seq = Some(run.seq);
+        let raw = self.raw_output(&mut event).await?;
+        match &event.payload {
+            Payload::ModelResponseReceived(_) => {
+                self.point(run, &event, source_seq.unwrap_or(run.seq))
+                    .await?;
+                run.recorded.remove(&event.branch_id);
+            }
+            Payload::ContextBuilt(cb) => {
+                if let Ok(rec) = serde_json::from_value::<ContextAssembly>(cb.assembly.clone()) {
+                    run.recorded.insert(event.branch_id.clone(), rec);
+                }
+            }
+            _ => {}
+        }
+        remember(run, &event, raw);
+        run.events += 1;
+        self.fold(event.clone()).await?;
+        let mut derived: Vec<Event> = self
+            .memory
+            .observe(&event)
+            .into_iter()
+            .map(|d| d.into_event(&event))
+            .collect();
+        if let Some(record) = self.planner.observe(&event) {
+            derived.push(compaction_event(&record, &event));
+        }
+        while let Some(mut d) = derived.pop() {
+            run.seq += 1;
+            d.seq = Some(run.seq);
+            // What the services derive, they also read back (a memory supersedes, a
+            // compaction moves the planner's cut).
+            self.memory.observe(&d);
+            if let Some(record) = self.planner.observe(&d) {
+                derived.push(compaction_event(&record, &d));
+            }
+            self.fold(d).await?;
+        }
+        Ok(())
+    }
+
+    async fn fold(&mut self, event: Event) -> Result<()> {
+        let position = LogPosition {
+            partition: 0,
+            offset: self.offset,
+        };
+        self.offset += 1;
+        self.folder
+            .fold(&self.scratch, vec![(position, event)])
+            .await?;
+        if self.folder.pending >= 5000 {
+            self.folder.flush(&self.scratch).await?;
+        }
+        Ok(())
+    }
+
+    /// A tool result's full output, for the history; offloads it as ingest would when it is
+    /// inline and over the threshold.
+    async fn raw_output(&self, event: &mut Event) -> Result<Option<String>> {
+        let Payload::ToolCallFinished(p) = &mut event.payload else {
+            return Ok(None);
+        };
+        if let Some(output) = &p.output {
+            let raw = output.clone();
+            if raw.len() > self.options.artifact_threshold {
+                offload(p, &raw);
+            }
+            return Ok(Some(raw));
+        }
+        let (Some(blobs), Some(sha)) = (self.blobs, p.output_sha256.as_deref()) else {
+            return Ok(p.output_preview.clone());
+        };
+        Ok(match blobs.get_artifact(&event.tenant_id, sha).await {
+            Ok(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            _ => p.output_preview.clone(),
+        })
+    }
+
+    async fn point(&mut self, run: &mut SessionRun, event: &Event, seq: u64) -> Result<()> {
+        let Payload::ModelResponseReceived(response) = &event.payload else {
+            return Ok(());
+        };
+        self.folder.flush(&self.scratch).await?;
+        let Some(snapshot) = self
+            .scratch
+            .snapshot(
+                &event.tenant_id,
+                &event.session_id,
+                &event.branch_id,
+                event.participant_id.as_deref(),
+                WINDOW,
+            )
+            .await?
+        else {
+            self.report.skipped_points += 1;
+            return Ok(());
+        };
+        let (request, recorded_policy) = self.request(run.recorded.get(&event.branch_id));
+        let policy = self.options.policy.unwrap_or(recorded_policy);
+        let assembled = assemble_with_policy(&snapshot, &request, &policy, &O200k);
+        let history = run.histories.entry(event.branch_id.clone()).or_default();
+        let arguments: Vec<String> = response
+            .tool_calls
+            .iter()
+            .map(|c| argument_text(&c.args.to_string()))
+            .collect();
+        let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+        let context_text = context_text(&assembled);
+        let score = strata_eval::score(
+            history,
+            strata_eval::Point {
+                response_text: &response.text,
+                arguments: &arguments,
+                context_text: &context_text,
+                context_tokens: assembled.assembly.context_tokens,
+            },
+            self.options.last_n,
+        );
+        run.totals.add(&score);
+        if self.options.keep_points {
+            let mut segments: BTreeMap<String, u64> = BTreeMap::new();
+            for s in &assembled.assembly.included {
+                *segments.entry(s.kind.clone()).or_default() += s.tokens;
+            }
+            self.report.points.push(PointResult {
+                tenant_id: event.tenant_id.clone(),
+                session_id: event.session_id.clone(),
+                branch_id: event.branch_id.clone(),
+                event_id: event.event_id.clone(),
+                seq,
+                policy: assembled.assembly.policy_version.clone(),
+                segments,
+                score,
+            });
+        }
+        Ok(())
+    }
+
+    /// The request and policy of a point: the recorded assembly's, else the defaults, with the
+    /// options' overrides.
+    fn request(&self, recorded: Option<&ContextAssembly>) -> (AssemblyRequest, AssemblyPolicy) {
+        let mut request = AssemblyRequest {
+            provider: Provider::Openai,
+            ..AssemblyRequest::default()
+        };
+        let mut policy = AssemblyPolicy::default();
+        if let Some(rec) = recorded {
+            request.provider = rec.provider;
+            request.budget = Some(rec.budget_tokens);
+            request.confidential_allowed = rec.confidential_allowed;
+            if let Some(p) = AssemblyPolicy::by_version(&rec.policy_version) {
+                policy = p;
+            }
+        }
+        if self.options.budget.is_some() {
+            request.budget = self.options.budget;
+        }
+        (request, policy)
+    }
+
+    /// The report so far, with the elapsed time.
+    pub fn finish(mut self) -> EvalReport {
+        self.report.elapsed_secs = self.started.elapsed().as_secs_f64();
+        self.report
+    }
+}
+
+/// Offloads an inline output as ingest does: the artifact ref, a preview, the hash, byte and
+/// token counts instead of the bytes.
+fn offload(p: &mut ToolCallFinished, raw: &str) {
+    let sha = strata_core::sha256_hex(raw.as_bytes());
+    p.output = None;
+    p.output_ref = Some(strata_blob::artifact_uri(&sha));
+    p.output_preview = Some(preview(raw));
+    p.output_sha256 = Some(sha);
+    p.output_bytes = Some(raw.len() as u64);
+    p.output_tokens = Some(O200k.count(raw));
+}
+
+/// Adds what an event shows the model to its branch's history.
+fn remember(run: &mut SessionRun, event: &Event, raw: Option<String>) {
+    if let Payload::BranchForked(p) = &event.payload {
+        // The new branch saw its parent's history up to the fork (imported forks come at their
+        // fork point).
+        let parent = run
+            .histories
+            .get(&event.branch_id)
+            .cloned()
+            .unwrap_or_default();
+        run.histories.insert(p.new_branch_id.clone(), parent);
+        return;
+    }
+    let Some((role, text, call)) = message_of(run, event, raw) else {
+        return;
+    };
+    let tool = call.as_ref().and_then(|c| run.tool_names.get(c).cloned());
+    run.histories
+        .entry(event.branch_id.clone())
+        .or_default()
+        .push(
+            role,
+            &event.event_id,
+            event.seq.unwrap_or(0),
+            text,
+            call,
+            tool,
+            &O200k,
+        );
+    if let Payload::SessionStarted(p) = &event.payload {
+        if let Some(tools) = p.tools.as_ref().filter(|t| !t.is_empty()) {
+            run.histories
+                .entry(event.branch_id.clone())
+                .or_default()
+                .push(
+                    Role::Tools,
+                    &event.event_id,
+                    event.seq.unwrap_or(0),
+                    tools_text(tools),
+                    None,
+                    None,
+                    &O200k,
+                );
+        }
+    }
+}
+
+/// The message an event is to the model, if any: (role, text, tool call id).
+fn message_of(
+    run: &mut SessionRun,
+    event: &Event,
+    raw: Option<String>,
+) -> Option<(Role, String, Option<String>)> {
+    Some(match &event.payload {
+        Payload::SessionStarted(p) => (Role::System, p.system_prompt.clone()?, None),
+        Payload::UserPromptSubmitted(p) => (Role::User, p.text.clone(), None),
+        Payload::ModelResponseReceived(p) => {
+            let mut text = p.text.clone();
+            for c in &p.tool_calls {
+                run.tool_names
+                    .insert(c.tool_call_id.clone(), c.name.clone());
+                text.push('\n');
+                text.push_str(&c.name);
+                text.push('\n');
+                text.push_str(&argument_text(&c.args.to_string()));
+            }
+            (Role::Assistant, text, None)
+        }
+        Payload::ToolCallRequested(p) => {
+            run.tool_names
+                .insert(p.tool_call_id.clone(), p.name.clone());
+            (
+                Role::Assistant,
+                format!("{}\n{}", p.name, argument_text(&p.args.to_string())),
+                None,
+            )
+        }
+        Payload::ToolCallFinished(p) => (Role::Tool, raw?, Some(p.tool_call_id.clone())),
+        Payload::ToolCallFailed(p) => (Role::Tool, p.error.clone(), Some(p.tool_call_id.clone())),
+        _ => return None,
+    })
+}
+
+fn tools_text(tools: &[ToolSpec]) -> String {
+    tools
+        .iter()
+        .map(|t| format!("{}\n{}\n{}", t.name, t.description, t.schema))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What the model reads of an assembled context: every message's text, every call with its
+/// arguments, every tool result, the tool schemas.
+pub fn context_text(a: &Assembled) -> String {
+    let mut out = String::new();
+    for m in &a.messages {
+        match m {
+            BundleMessage::System { text } | BundleMessage::User { text } => out.push_str(text),
+            BundleMessage::Assistant { text, tool_calls } => {
+                out.push_str(text);
+                for c in tool_calls {
+                    out.push('\n');
+                    out.push_str(&c.name);
+                    out.push('\n');
+                    out.push_str(&argument_text(&c.arguments));
+                }
+            }
+            BundleMessage::Tool { content, .. } => out.push_str(content),
+        }
+        out.push('\n');
+    }
+    out.push_str(&tools_text(&a.tools));
+    out
+}
+
+/// Evaluates the selected sessions of a source (the log, or events in file order), each
+/// grouped under `group`.
+pub async fn eval(
+    source: ReplaySource<'_>,
+    group: &str,
+    blobs: Option<&BlobStore>,
+    options: &EvalOptions,
+    progress: Option<&mut (dyn FnMut(Progress) + Send)>,
+) -> Result<EvalReport> {
+    let mut ticker = Ticker::new(progress);
+    let collected = collect(source, &options.selection).await?;
+    let mut by_session = collected.by_session;
+    let total_events: u64 = by_session.values().map(|v| v.len() as u64).sum();
+    let total_sessions = collected.order.len() as u64;
+    let mut evaluator = Evaluator::new(options.clone(), blobs).await?;
+    let (mut events, mut sessions) = (0u64, 0u64);
+    for key in &collected.order {
+        let session: Vec<Event> = by_session
+            .remove(key)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
+        events += session.len() as u64;
+        evaluator.session(group, session).await?;
+        sessions += 1;
+        ticker.tick(events, total_events, sessions, total_sessions);
+    }
+    ticker.finish(events, total_events, sessions, total_sessions);
+    Ok(evaluator.finish())
+}
