@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 use strata_core::Event;
 use strata_ingest::{IngestOptions, Ingestor, Publisher};
-use strata_runtime::BackendOpts;
+use strata_runtime::{auth, BackendOpts};
 
 use crate::ContextArgs;
 
@@ -19,7 +19,8 @@ pub(crate) async fn run(
     args: &ContextArgs,
 ) -> anyhow::Result<()> {
     let backends = crate::open_current(opts, wait, "strata demo").await?;
-    let events = demo_events(&args.tenant, DEMO_SESSION);
+    let tenant = args.tenant.as_deref().unwrap_or(auth::DEV_TENANT);
+    let events = demo_events(tenant, DEMO_SESSION);
     let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
     let outcomes = ingestor
         .ingest(
@@ -36,7 +37,7 @@ pub(crate) async fn run(
         request.budget = Some(16_000);
     }
     let assembled = crate::assembler(&backends, policy)
-        .context(&args.tenant, DEMO_SESSION, &request)
+        .context(tenant, DEMO_SESSION, &request)
         .await?;
     strata_projector::bring_current(&backends, wait).await?;
     if args.json {

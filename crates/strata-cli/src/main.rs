@@ -17,6 +17,7 @@ mod compact;
 mod demo;
 mod dev;
 mod eval;
+mod import;
 mod jsonl;
 mod replay;
 mod view;
@@ -66,17 +67,16 @@ enum Command {
         #[command(flatten)]
         context: ContextArgs,
     },
-    /// Import canonical JSONL events (`-` for standard input). Idempotent.
-    Import {
-        /// Files to import, in order.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
+    /// Import trajectories: canonical JSONL, or the formats agent harnesses write (Claude Code,
+    /// Codex, OpenAI chat and Responses items, SWE-agent, mini-swe-agent). Idempotent.
+    Import(import::ImportArgs),
     /// Export a session's events as canonical JSONL.
     Export {
         session: String,
-        #[arg(long, default_value = auth::DEV_TENANT)]
-        tenant: String,
+        /// Tenant of the session [default: on the embedded default, the only tenant that has
+        /// the session; else dev].
+        #[arg(long)]
+        tenant: Option<String>,
         /// Output file (`-` for standard output).
         #[arg(long, short, default_value = "-")]
         output: PathBuf,
@@ -90,8 +90,10 @@ enum Command {
     /// Show a recorded assembly: every included segment and every omission.
     Inspect {
         assembly: String,
-        #[arg(long, default_value = auth::DEV_TENANT)]
-        tenant: String,
+        /// Tenant of the assembly [default: on the embedded default, the only tenant that has
+        /// it; else dev].
+        #[arg(long)]
+        tenant: Option<String>,
         /// Print the record as JSON.
         #[arg(long)]
         json: bool,
@@ -144,8 +146,10 @@ enum Command {
     /// Compact a session's branch now; prints the record and its check.
     Compact {
         session: String,
-        #[arg(long, default_value = auth::DEV_TENANT)]
-        tenant: String,
+        /// Tenant of the session [default: on the embedded default, the only tenant that has
+        /// the session; else dev].
+        #[arg(long)]
+        tenant: Option<String>,
         #[arg(long, default_value = strata_core::MAIN_BRANCH)]
         branch: String,
         /// User turns kept verbatim after the cut.
@@ -215,8 +219,10 @@ enum KeysCommand {
 /// Options of a context request.
 #[derive(Debug, Clone, clap::Args)]
 struct ContextArgs {
-    #[arg(long, default_value = auth::DEV_TENANT)]
-    tenant: String,
+    /// Tenant of the session [default: on the embedded default, the only tenant that has the
+    /// session; else dev].
+    #[arg(long)]
+    tenant: Option<String>,
     #[arg(long)]
     branch: Option<String>,
     #[arg(long)]
@@ -313,6 +319,56 @@ async fn bring_memories_current(backends: &Backends, wait: Duration) -> anyhow::
     Ok(())
 }
 
+/// What a verb names that belongs to a tenant.
+#[derive(Debug, Clone, Copy)]
+enum Owner<'a> {
+    Session(&'a str),
+    Assembly(&'a str),
+}
+
+/// The tenant a verb works on: `--tenant`; else, on the embedded default, the only tenant that
+/// has what the verb names (several: the verb asks which); else `dev`.
+async fn tenant_of(
+    backends: &Backends,
+    given: Option<String>,
+    owner: Owner<'_>,
+) -> anyhow::Result<String> {
+    if let Some(t) = given {
+        return Ok(t);
+    }
+    if !backends.log.is_embedded() {
+        return Ok(auth::DEV_TENANT.to_owned());
+    }
+    let mut having = Vec::new();
+    for tenant in backends.store.tenants().await? {
+        let has = match owner {
+            Owner::Session(s) => backends.store.session_fold(&tenant, s).await?.is_some(),
+            Owner::Assembly(a) => backends.store.assembly(&tenant, a).await?.is_some(),
+        };
+        if has {
+            having.push(tenant);
+        }
+    }
+    match having.as_slice() {
+        [] => Ok(auth::DEV_TENANT.to_owned()),
+        [one] => Ok(one.clone()),
+        several => {
+            let (what, id) = match owner {
+                Owner::Session(s) => ("session", s),
+                Owner::Assembly(a) => ("assembly", a),
+            };
+            anyhow::bail!(
+                "{what} {id:?} exists for tenants {}: say which with --tenant",
+                several
+                    .iter()
+                    .map(|t| format!("{t:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    }
+}
+
 fn assembler(backends: &Backends, policy: &strata_assembler::PolicyOpts) -> Assembler {
     let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
     Assembler::new(
@@ -328,9 +384,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Dev { listen } => dev::run(opts, &cli.policy, listen).await,
         Command::Demo { context } => demo::run(opts, &cli.policy, wait, &context).await,
-        Command::Import { files } => {
+        Command::Import(args) => {
             let backends = open_current(opts, wait, "strata import").await?;
-            jsonl::import(&backends, wait, &files).await
+            import::import(&backends, wait, &args).await
         }
         Command::Export {
             session,
@@ -338,13 +394,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             output,
         } => {
             let backends = open_current(opts, wait, "strata export").await?;
+            let tenant = tenant_of(&backends, tenant, Owner::Session(&session)).await?;
             jsonl::export(&backends, &tenant, &session, &output).await
         }
         Command::Context { session, context } => {
             let backends = open_current(opts, wait, "strata context").await?;
             bring_memories_current(&backends, wait).await?;
+            let tenant =
+                tenant_of(&backends, context.tenant.clone(), Owner::Session(&session)).await?;
             let assembled = assembler(&backends, &cli.policy)
-                .context(&context.tenant, &session, &context.request())
+                .context(&tenant, &session, &context.request())
                 .await?;
             strata_projector::bring_current(&backends, wait).await?;
             match &context.why_not {
@@ -362,6 +421,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             why_not,
         } => {
             let backends = open_current(opts, wait, "strata inspect").await?;
+            let tenant = tenant_of(&backends, tenant, Owner::Assembly(&assembly)).await?;
             let record = backends
                 .store
                 .assembly(&tenant, &assembly)
@@ -445,6 +505,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             json,
         } => {
             let backends = open_current(opts, wait, "strata compact").await?;
+            let tenant = tenant_of(&backends, tenant, Owner::Session(&session)).await?;
             compact::run(&backends, &tenant, &session, &branch, keep_turns, json).await
         }
     }

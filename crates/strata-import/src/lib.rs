@@ -264,12 +264,46 @@ pub fn converter(format: Format, source: &Source) -> Box<dyn Converter> {
     }
 }
 
-/// Converts one file, handing every event to `sink` in order; returns what it gave.
+/// Converts one file, handing every event to `sink` in order; returns what it gave. Stops at
+/// the first malformed record.
 pub fn convert(
     source: &Source,
     format: Format,
     options: &ImportOptions,
     sink: &mut dyn FnMut(Event) -> Result<(), String>,
+) -> Result<Report> {
+    run(source, format, options, sink, None)
+}
+
+/// Converts one file as [`convert`] does, but goes on past malformed records (skipping them),
+/// collecting up to `max_errors` of their errors: what a check of a file reports before
+/// anything of it is imported.
+pub fn check(
+    source: &Source,
+    format: Format,
+    options: &ImportOptions,
+    sink: &mut dyn FnMut(Event) -> Result<(), String>,
+    max_errors: usize,
+) -> (Result<Report>, Vec<Error>) {
+    let mut errors = Vec::new();
+    let report = run(
+        source,
+        format,
+        options,
+        sink,
+        Some((&mut errors, max_errors)),
+    );
+    (report, errors)
+}
+
+type Collect<'a> = Option<(&'a mut Vec<Error>, usize)>;
+
+fn run(
+    source: &Source,
+    format: Format,
+    options: &ImportOptions,
+    sink: &mut dyn FnMut(Event) -> Result<(), String>,
+    mut collect: Collect<'_>,
 ) -> Result<Report> {
     let mut converter = converter(format, source);
     let base_time = match options.base_time {
@@ -278,18 +312,40 @@ pub fn convert(
     };
     let mut out = Emitter::new(options, source, base_time, sink);
     let fields = converter.streamed_fields();
-    read::records(source, read::mode_of(format), fields, &mut |record| {
-        let position = record.position.clone();
-        out.report.records += 1;
-        converter
-            .record(record, &mut out)
-            .map_err(|message| Error::Record {
-                file: source.name.clone(),
-                position,
-                message,
-            })?;
-        out.take_sink_error().map_or(Ok(()), Err)
-    })?;
+    let mut skipped = 0u64;
+    let mut bad_lines: Vec<Error> = Vec::new();
+    let mut on_bad_line = |e: Error| bad_lines.push(e);
+    let bad_line: Option<&mut dyn FnMut(Error)> = match collect {
+        Some(_) => Some(&mut on_bad_line),
+        None => None,
+    };
+    read::records_with(
+        source,
+        read::mode_of(format),
+        fields,
+        bad_line,
+        &mut |record| {
+            let position = record.position.clone();
+            out.report.records += 1;
+            if let Err(message) = converter.record(record, &mut out) {
+                let error = Error::Record {
+                    file: source.name.clone(),
+                    position,
+                    message,
+                };
+                match collect.as_mut() {
+                    Some((errors, max)) => {
+                        skipped += 1;
+                        if errors.len() < *max {
+                            errors.push(error);
+                        }
+                    }
+                    None => return Err(error),
+                }
+            }
+            out.take_sink_error().map_or(Ok(()), Err)
+        },
+    )?;
     converter.finish(&mut out).map_err(|message| Error::File {
         file: source.name.clone(),
         message,
@@ -297,7 +353,29 @@ pub fn convert(
     if let Some(e) = out.take_sink_error() {
         return Err(e);
     }
-    Ok(out.finish())
+    let mut report = out.finish();
+    if let Some((errors, max)) = collect {
+        skipped += bad_lines.len() as u64;
+        for e in bad_lines {
+            if errors.len() < max {
+                errors.push(e);
+            }
+        }
+        errors.sort_by_key(|e| match e {
+            Error::Record {
+                position: Position::Line(n),
+                ..
+            } => *n,
+            _ => u64::MAX,
+        });
+    }
+    if skipped > 0 {
+        *report
+            .unmapped
+            .entry("malformed record (skipped by the check)".into())
+            .or_default() += skipped;
+    }
+    Ok(report)
 }
 
 /// A file's modification time (now, for standard input or when unknown).

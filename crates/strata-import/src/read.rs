@@ -21,7 +21,7 @@ use crate::{Error, Format, Result, Source};
 /// Where a record is in its file.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Position {
-    /// A JSONL line (1-based).
+    /// A JSONL line (1-based); shown as `file:12:` like a compiler's message.
     Line(u64),
     /// An element of a top-level array (`field` is `None` when the document is the array).
     Element { field: Option<String>, index: u64 },
@@ -32,7 +32,7 @@ pub enum Position {
 impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Position::Line(n) => write!(f, "line {n}"),
+            Position::Line(n) => write!(f, "{n}"),
             Position::Element { field: None, index } => write!(f, "element {index}"),
             Position::Element {
                 field: Some(field),
@@ -132,13 +132,25 @@ pub fn records(
     streamed_fields: &[&str],
     each: &mut dyn FnMut(Record) -> Result<()>,
 ) -> Result<()> {
+    records_with(source, mode, streamed_fields, None, each)
+}
+
+/// [`records`], handing a JSONL line that is not JSON to `bad_line` (and going on) instead of
+/// stopping, when given.
+pub fn records_with(
+    source: &Source,
+    mode: Mode,
+    streamed_fields: &[&str],
+    bad_line: Option<&mut dyn FnMut(Error)>,
+    each: &mut dyn FnMut(Record) -> Result<()>,
+) -> Result<()> {
     let mode = match mode {
         Mode::Either if first_line_is_value(source)? => Mode::Jsonl,
         Mode::Either => Mode::Document,
         m => m,
     };
     match mode {
-        Mode::Jsonl => jsonl(source, each),
+        Mode::Jsonl => jsonl(source, bad_line, each),
         _ => document(source, streamed_fields, each),
     }
 }
@@ -180,7 +192,11 @@ fn trim(bytes: &[u8]) -> &[u8] {
     &bytes[start..end]
 }
 
-fn jsonl(source: &Source, each: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+fn jsonl(
+    source: &Source,
+    mut bad_line: Option<&mut dyn FnMut(Error)>,
+    each: &mut dyn FnMut(Record) -> Result<()>,
+) -> Result<()> {
     let file = File::open(&source.path).map_err(io_error(source))?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
     let mut line = Vec::new();
@@ -199,11 +215,23 @@ fn jsonl(source: &Source, each: &mut dyn FnMut(Record) -> Result<()>) -> Result<
         if bytes.is_empty() {
             continue;
         }
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| Error::Record {
-            file: source.name.clone(),
-            position: Position::Line(n),
-            message: format!("not valid JSON: {e}"),
-        })?;
+        let value: Value = match serde_json::from_slice(bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                let error = Error::Record {
+                    file: source.name.clone(),
+                    position: Position::Line(n),
+                    message: format!("not valid JSON: {e}"),
+                };
+                match bad_line.as_mut() {
+                    Some(report) => {
+                        report(error);
+                        continue;
+                    }
+                    None => return Err(error),
+                }
+            }
+        };
         each(Record::new(Position::Line(n), value, bytes))?;
     }
 }
