@@ -1,0 +1,198 @@
+//! `strata import` of other formats, the tenant a verb finds by itself, and `strata eval`,
+//! through the binary on the embedded default.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn strata_with_stdin(data_dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
+    cmd.arg("--data-dir").arg(data_dir);
+    for var in [
+        "STRATA_DATA_DIR",
+        "STRATA_LOG",
+        "STRATA_DB",
+        "STRATA_HOT",
+        "STRATA_BLOB",
+        "STRATA_PARTITIONS",
+        "STRATA_LOG_FORMAT",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("STRATA_FSYNC", "never")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run strata");
+    if let Some(bytes) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(bytes)
+            .expect("write stdin");
+    }
+    child.wait_with_output().expect("wait for strata")
+}
+
+fn strata(data_dir: &Path, args: &[&str]) -> Output {
+    strata_with_stdin(data_dir, args, None)
+}
+
+fn ok(data_dir: &Path, args: &[&str]) -> String {
+    let out = strata(data_dir, args);
+    assert!(
+        out.status.success(),
+        "strata {}: {}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn err(data_dir: &Path, args: &[&str]) -> String {
+    let out = strata(data_dir, args);
+    assert!(!out.status.success(), "strata {} succeeded", args.join(" "));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A two-event canonical session of `tenant`.
+fn session_jsonl(tenant: &str, session: &str) -> String {
+    [
+        serde_json::json!({"event_id": format!("{tenant}-1"), "tenant_id": tenant,
+            "session_id": session, "timestamp": "2026-06-03T10:00:00Z", "type": "SessionStarted",
+            "payload": {"model": {"provider": "openai", "model": "gpt-4o"},
+                "context_window_tokens": 16000, "reserved_output_tokens": 1000,
+                "system_prompt": "You help."}}),
+        serde_json::json!({"event_id": format!("{tenant}-2"), "tenant_id": tenant,
+            "session_id": session, "timestamp": "2026-06-03T10:00:01Z",
+            "type": "UserPromptSubmitted",
+            "payload": {"message_id": "u1", "text": format!("question of {tenant}")}}),
+    ]
+    .iter()
+    .map(|v| v.to_string() + "\n")
+    .collect()
+}
+
+#[test]
+fn verbs_find_the_tenant_of_a_session_and_ask_when_several_have_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let acme = dir.path().join("acme.jsonl");
+    std::fs::write(&acme, session_jsonl("acme", "s1")).expect("write");
+    ok(&data, &["import", acme.to_str().expect("utf-8")]);
+    // No --tenant: the only tenant with s1 is used.
+    let context = ok(&data, &["context", "s1", "--json"]);
+    assert!(context.contains("question of acme"), "{context}");
+    assert!(ok(&data, &["export", "s1"]).contains("acme-2"));
+
+    // The same session id for another tenant, from standard input: now the verb asks.
+    let out = strata_with_stdin(
+        &data,
+        &["import", "-"],
+        Some(session_jsonl("globex", "s1").as_bytes()),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stderr = err(&data, &["context", "s1"]);
+    assert!(
+        stderr.contains("\"acme\"") && stderr.contains("\"globex\"") && stderr.contains("--tenant"),
+        "{stderr}"
+    );
+    let context = ok(&data, &["context", "s1", "--tenant", "globex", "--json"]);
+    assert!(context.contains("question of globex"), "{context}");
+}
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/scenarios")
+        .join(format!("{name}.jsonl"))
+}
+
+fn totals(json: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(json).expect("eval --json");
+    v["totals"].clone()
+}
+
+#[test]
+fn eval_of_a_file_writes_nothing_and_matches_eval_of_the_same_session_imported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    // A long coding session, and one with outputs over the artifact threshold (offloaded on
+    // import: eval of the log reads them back from the blob store).
+    let coding = scenario("cli_coding_agent_compaction");
+    let coding = coding.to_str().expect("utf-8");
+    let files = scenario("multi_tool_file_generation");
+    let files = files.to_str().expect("utf-8");
+    let report = dir.path().join("points.jsonl");
+
+    let from_file = ok(
+        &data,
+        &[
+            "eval",
+            coding,
+            files,
+            "--json",
+            "--report",
+            report.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(
+        !data.join("log").exists(),
+        "eval of a file never writes to the data directory"
+    );
+    let t = totals(&from_file);
+    let points = t["points"].as_u64().expect("points");
+    assert!(points > 10, "{t}");
+    let (strata, transcript) = (
+        t["strata"]["tokens"].as_u64().expect("tokens"),
+        t["transcript"]["tokens"].as_u64().expect("tokens"),
+    );
+    assert!(strata < transcript, "{t}");
+    assert!(t["floor"]["tokens"].as_u64().expect("floor") <= transcript);
+    // The transcript holds every reference found earlier by construction.
+    assert_eq!(t["transcript"]["recall"], 1.0, "{t}");
+    let recall = t["strata"]["recall"].as_f64().expect("recall");
+    assert!((0.0..=1.0).contains(&recall));
+    let lines = std::fs::read_to_string(&report).expect("report");
+    assert_eq!(lines.lines().count() as u64, points);
+    for line in lines.lines() {
+        let p: serde_json::Value = serde_json::from_str(line).expect("point");
+        let missing = p["missing"].as_array().expect("missing");
+        let present = p["sides"]["strata"]["present"].as_u64().expect("present");
+        assert_eq!(
+            present + missing.len() as u64,
+            p["evidence"].as_u64().expect("evidence"),
+            "{p}"
+        );
+        for m in missing {
+            assert!(m["last_seen"]["event_id"].is_string(), "{m}");
+        }
+    }
+
+    // The same session through import and the live log: the same figures, point for point.
+    ok(&data, &["import", coding, files]);
+    ok(&data, &["context", "scn-cli-coding-agent", "--json"]);
+    let from_log = ok(&data, &["eval", "--json"]);
+    assert_eq!(totals(&from_log), t);
+}
+
+#[test]
+fn eval_refuses_an_unknown_policy_and_format() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let file = scenario("branch_isolation");
+    let file = file.to_str().expect("utf-8");
+    let stderr = err(&data, &["eval", file, "--policy", "nope"]);
+    assert!(
+        stderr.contains("unknown assembly policy \"nope\""),
+        "{stderr}"
+    );
+    let stderr = err(&data, &["eval", file, "--format", "nope"]);
+    assert!(stderr.contains("unknown format \"nope\""), "{stderr}");
+}
