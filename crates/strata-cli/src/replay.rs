@@ -148,6 +148,11 @@ pub(crate) async fn replay(opts: &BackendOpts, args: &ReplayArgs) -> anyhow::Res
         policy,
         budget: args.budget,
         scratch_dir: None,
+        // Offloaded outputs, for the quality columns' history (a file's are inline).
+        blobs: match &args.events {
+            Some(_) => None,
+            None => Some(strata_blob::BlobStore::open(&opts.blob_url())?),
+        },
     };
     let mut sink = progress_line;
     let progress: Option<&mut (dyn FnMut(Progress) + Send)> =
@@ -251,10 +256,42 @@ pub(crate) async fn replay(opts: &BackendOpts, args: &ReplayArgs) -> anyhow::Res
             report.recorded_tokens, report.recorded_policy
         ),
     }
+    print_quality(&report);
     if let Some(path) = &args.report {
         println!("call points written to {}", path.display());
     }
     Ok(())
+}
+
+/// The quality columns: evidence recall of each policy, beside the baselines.
+fn print_quality(report: &strata_replay::ReplayReport) {
+    let q = &report.recorded_quality;
+    if q.points == 0 {
+        return;
+    }
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    let mut line = format!(
+        "evidence recall at {} recorded responses ({} references): {} under {} (recorded)",
+        q.points,
+        q.evidence,
+        pct(q.recall(&q.strata)),
+        report.recorded_policy
+    );
+    if let (Some(c), Some(policy)) = (&report.candidate_quality, &report.candidate_policy) {
+        line.push_str(&format!(", {} under {policy}", pct(c.recall(&c.strata))));
+    }
+    println!("{line}");
+    println!(
+        "  baselines: transcript {} tokens; last-{} observations {} fewer, recall {}; \
+         truncation at the recorded size, recall {}; floor {} fewer, recall {}",
+        q.transcript.tokens,
+        strata_eval::DEFAULT_LAST_N,
+        pct(q.reduction(&q.last_n)),
+        pct(q.recall(&q.last_n)),
+        pct(q.recall(&q.truncated)),
+        pct(q.reduction(&q.floor)),
+        pct(q.recall(&q.floor)),
+    );
 }
 
 /// Where `strata rebuild` writes: the data directory's embedded sets, or a PostgreSQL database's.

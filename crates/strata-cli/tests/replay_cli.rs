@@ -86,6 +86,18 @@ fn replay_changes_nothing_live_and_rebuild_switches_readers() {
         "{summary}"
     );
     assert_eq!(summary["candidate_policy"], "strata.assembly/3-tight");
+    // The quality columns: the demo's recorded responses, scored under both policies.
+    let quality = &summary["recorded_quality"];
+    assert!(quality["points"].as_u64().expect("points") > 0, "{summary}");
+    assert!(
+        quality["evidence"].as_u64().expect("evidence") > 0,
+        "{summary}"
+    );
+    assert_eq!(summary["candidate_quality"]["points"], quality["points"]);
+    assert!(
+        quality["strata"]["present"].as_u64() <= quality["transcript"]["present"].as_u64(),
+        "{summary}"
+    );
     let points = std::fs::read_to_string(&report).expect("report");
     assert_eq!(
         points.lines().count() as u64,
@@ -114,6 +126,14 @@ fn replay_changes_nothing_live_and_rebuild_switches_readers() {
     assert_eq!(
         from_archive["candidate_tokens"],
         summary["candidate_tokens"]
+    );
+    assert_eq!(
+        from_archive["recorded_quality"],
+        summary["recorded_quality"]
+    );
+    assert_eq!(
+        from_archive["candidate_quality"],
+        summary["candidate_quality"]
     );
     assert_eq!(files(&data), before, "replay wrote into the data directory");
 

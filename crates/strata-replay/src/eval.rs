@@ -22,7 +22,7 @@ use strata_core::assembly::{
 };
 use strata_core::compaction::planner::{compaction_event, CompactorOptions, Planner};
 use strata_core::memory::MemoryEngine;
-use strata_core::payload::{ToolCallFinished, ToolSpec};
+use strata_core::payload::{ModelResponseReceived, ToolCallFinished, ToolSpec};
 use strata_core::projection::LogPosition;
 use strata_core::tokens::{O200k, TokenCounter};
 use strata_core::{Event, Payload};
@@ -141,10 +141,7 @@ impl std::fmt::Debug for Evaluator<'_> {
 /// What a session's evaluation keeps while it runs.
 #[derive(Default)]
 struct SessionRun {
-    /// The history as the model read it, per branch.
-    histories: HashMap<String, History>,
-    /// Tool names by call id (for the report's "last seen in").
-    tool_names: HashMap<String, String>,
+    histories: Histories,
     /// The request recorded by the latest `ContextBuilt` of each branch, until its response.
     recorded: HashMap<String, ContextAssembly>,
     seen: std::collections::HashSet<String>,
@@ -221,7 +218,7 @@ impl<'a> Evaluator<'a> {
         let source_seq = event.seq;
         run.seq += 1;
         event.seq = Some(run.seq);
-        let raw = self.raw_output(&mut event).await?;
+        let raw = raw_output(&mut event, self.blobs, self.options.artifact_threshold).await;
         match &event.payload {
             Payload::ModelResponseReceived(_) => {
                 self.point(run, &event, source_seq.unwrap_or(run.seq))
@@ -235,7 +232,7 @@ impl<'a> Evaluator<'a> {
             }
             _ => {}
         }
-        remember(run, &event, raw);
+        run.histories.remember(&event, raw);
         run.events += 1;
         self.fold(event.clone()).await?;
         let mut derived: Vec<Event> = self
@@ -276,28 +273,6 @@ impl<'a> Evaluator<'a> {
         Ok(())
     }
 
-    /// A tool result's full output, for the history; offloads it as ingest would when it is
-    /// inline and over the threshold.
-    async fn raw_output(&self, event: &mut Event) -> Result<Option<String>> {
-        let Payload::ToolCallFinished(p) = &mut event.payload else {
-            return Ok(None);
-        };
-        if let Some(output) = &p.output {
-            let raw = output.clone();
-            if raw.len() > self.options.artifact_threshold {
-                offload(p, &raw);
-            }
-            return Ok(Some(raw));
-        }
-        let (Some(blobs), Some(sha)) = (self.blobs, p.output_sha256.as_deref()) else {
-            return Ok(p.output_preview.clone());
-        };
-        Ok(match blobs.get_artifact(&event.tenant_id, sha).await {
-            Ok(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-            _ => p.output_preview.clone(),
-        })
-    }
-
     async fn point(&mut self, run: &mut SessionRun, event: &Event, seq: u64) -> Result<()> {
         let Payload::ModelResponseReceived(response) = &event.payload else {
             return Ok(());
@@ -320,22 +295,10 @@ impl<'a> Evaluator<'a> {
         let (request, recorded_policy) = self.request(run.recorded.get(&event.branch_id));
         let policy = self.options.policy.unwrap_or(recorded_policy);
         let assembled = assemble_with_policy(&snapshot, &request, &policy, &O200k);
-        let history = run.histories.entry(event.branch_id.clone()).or_default();
-        let arguments: Vec<String> = response
-            .tool_calls
-            .iter()
-            .map(|c| argument_text(&c.args.to_string()))
-            .collect();
-        let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
-        let context_text = context_text(&assembled);
-        let score = strata_eval::score(
-            history,
-            strata_eval::Point {
-                response_text: &response.text,
-                arguments: &arguments,
-                context_text: &context_text,
-                context_tokens: assembled.assembly.context_tokens,
-            },
+        let score = score_response(
+            run.histories.branch(&event.branch_id),
+            response,
+            &assembled,
             self.options.last_n,
         );
         run.totals.add(&score);
@@ -399,87 +362,152 @@ fn offload(p: &mut ToolCallFinished, raw: &str) {
     p.output_tokens = Some(O200k.count(raw));
 }
 
-/// Adds what an event shows the model to its branch's history.
-fn remember(run: &mut SessionRun, event: &Event, raw: Option<String>) {
-    if let Payload::BranchForked(p) = &event.payload {
-        // The new branch saw its parent's history up to the fork (imported forks come at their
-        // fork point).
-        let parent = run
-            .histories
-            .get(&event.branch_id)
-            .cloned()
-            .unwrap_or_default();
-        run.histories.insert(p.new_branch_id.clone(), parent);
-        return;
-    }
-    let Some((role, text, call)) = message_of(run, event, raw) else {
-        return;
+/// A tool result's full output, for the history; offloads it as ingest would when it is
+/// inline and over `threshold`. An output offloaded before is read back from `blobs` (its
+/// preview stands in when there are none, or the artifact is gone).
+pub(crate) async fn raw_output(
+    event: &mut Event,
+    blobs: Option<&BlobStore>,
+    threshold: usize,
+) -> Option<String> {
+    let Payload::ToolCallFinished(p) = &mut event.payload else {
+        return None;
     };
-    let tool = call.as_ref().and_then(|c| run.tool_names.get(c).cloned());
-    run.histories
-        .entry(event.branch_id.clone())
-        .or_default()
-        .push(
-            role,
-            &event.event_id,
-            event.seq.unwrap_or(0),
-            text,
-            call,
-            tool,
-            &O200k,
-        );
-    if let Payload::SessionStarted(p) = &event.payload {
-        if let Some(tools) = p.tools.as_ref().filter(|t| !t.is_empty()) {
-            run.histories
-                .entry(event.branch_id.clone())
-                .or_default()
-                .push(
+    if let Some(output) = &p.output {
+        let raw = output.clone();
+        if raw.len() > threshold {
+            offload(p, &raw);
+        }
+        return Some(raw);
+    }
+    let (Some(blobs), Some(sha)) = (blobs, p.output_sha256.as_deref()) else {
+        return p.output_preview.clone();
+    };
+    match blobs.get_artifact(&event.tenant_id, sha).await {
+        Ok(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        _ => p.output_preview.clone(),
+    }
+}
+
+/// Scores the context assembled for a recorded response.
+pub(crate) fn score_response(
+    history: &History,
+    response: &ModelResponseReceived,
+    assembled: &Assembled,
+    last_n: usize,
+) -> PointScore {
+    let arguments: Vec<String> = response
+        .tool_calls
+        .iter()
+        .map(|c| argument_text(&c.args.to_string()))
+        .collect();
+    let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+    let context_text = context_text(assembled);
+    strata_eval::score(
+        history,
+        strata_eval::Point {
+            response_text: &response.text,
+            arguments: &arguments,
+            context_text: &context_text,
+            context_tokens: assembled.assembly.context_tokens,
+        },
+        last_n,
+    )
+}
+
+/// A session's history as the model read it, per branch.
+#[derive(Debug, Default)]
+pub(crate) struct Histories {
+    branches: HashMap<String, History>,
+    /// Tool names by call id (for the report's "last seen in").
+    tool_names: HashMap<String, String>,
+}
+
+impl Histories {
+    pub(crate) fn branch(&mut self, branch: &str) -> &mut History {
+        self.branches.entry(branch.to_owned()).or_default()
+    }
+
+    /// Adds what an event shows the model to its branch's history.
+    pub(crate) fn remember(&mut self, event: &Event, raw: Option<String>) {
+        if let Payload::BranchForked(p) = &event.payload {
+            // The new branch saw its parent's history up to the fork (imported forks come at
+            // their fork point).
+            let parent = self.branch(&event.branch_id).clone();
+            self.branches.insert(p.new_branch_id.clone(), parent);
+            return;
+        }
+        let seq = event.seq.unwrap_or(0);
+        if let Payload::SessionStarted(p) = &event.payload {
+            let history = self.branch(&event.branch_id);
+            if let Some(prompt) = &p.system_prompt {
+                history.push(
+                    Role::System,
+                    &event.event_id,
+                    seq,
+                    prompt.clone(),
+                    None,
+                    None,
+                    &O200k,
+                );
+            }
+            if let Some(tools) = p.tools.as_ref().filter(|t| !t.is_empty()) {
+                history.push(
                     Role::Tools,
                     &event.event_id,
-                    event.seq.unwrap_or(0),
+                    seq,
                     tools_text(tools),
                     None,
                     None,
                     &O200k,
                 );
-        }
-    }
-}
-
-/// The message an event is to the model, if any: (role, text, tool call id).
-fn message_of(
-    run: &mut SessionRun,
-    event: &Event,
-    raw: Option<String>,
-) -> Option<(Role, String, Option<String>)> {
-    Some(match &event.payload {
-        Payload::SessionStarted(p) => (Role::System, p.system_prompt.clone()?, None),
-        Payload::UserPromptSubmitted(p) => (Role::User, p.text.clone(), None),
-        Payload::ModelResponseReceived(p) => {
-            let mut text = p.text.clone();
-            for c in &p.tool_calls {
-                run.tool_names
-                    .insert(c.tool_call_id.clone(), c.name.clone());
-                text.push('\n');
-                text.push_str(&c.name);
-                text.push('\n');
-                text.push_str(&argument_text(&c.args.to_string()));
             }
-            (Role::Assistant, text, None)
+            return;
         }
-        Payload::ToolCallRequested(p) => {
-            run.tool_names
-                .insert(p.tool_call_id.clone(), p.name.clone());
-            (
-                Role::Assistant,
-                format!("{}\n{}", p.name, argument_text(&p.args.to_string())),
-                None,
-            )
-        }
-        Payload::ToolCallFinished(p) => (Role::Tool, raw?, Some(p.tool_call_id.clone())),
-        Payload::ToolCallFailed(p) => (Role::Tool, p.error.clone(), Some(p.tool_call_id.clone())),
-        _ => return None,
-    })
+        let Some((role, text, call)) = self.message_of(event, raw) else {
+            return;
+        };
+        let tool = call.as_ref().and_then(|c| self.tool_names.get(c).cloned());
+        self.branch(&event.branch_id)
+            .push(role, &event.event_id, seq, text, call, tool, &O200k);
+    }
+
+    /// The message an event is to the model, if any: (role, text, tool call id).
+    fn message_of(
+        &mut self,
+        event: &Event,
+        raw: Option<String>,
+    ) -> Option<(Role, String, Option<String>)> {
+        Some(match &event.payload {
+            Payload::UserPromptSubmitted(p) => (Role::User, p.text.clone(), None),
+            Payload::ModelResponseReceived(p) => {
+                let mut text = p.text.clone();
+                for c in &p.tool_calls {
+                    self.tool_names
+                        .insert(c.tool_call_id.clone(), c.name.clone());
+                    text.push('\n');
+                    text.push_str(&c.name);
+                    text.push('\n');
+                    text.push_str(&argument_text(&c.args.to_string()));
+                }
+                (Role::Assistant, text, None)
+            }
+            Payload::ToolCallRequested(p) => {
+                self.tool_names
+                    .insert(p.tool_call_id.clone(), p.name.clone());
+                (
+                    Role::Assistant,
+                    format!("{}\n{}", p.name, argument_text(&p.args.to_string())),
+                    None,
+                )
+            }
+            Payload::ToolCallFinished(p) => (Role::Tool, raw?, Some(p.tool_call_id.clone())),
+            Payload::ToolCallFailed(p) => {
+                (Role::Tool, p.error.clone(), Some(p.tool_call_id.clone()))
+            }
+            _ => return None,
+        })
+    }
 }
 
 fn tools_text(tools: &[ToolSpec]) -> String {

@@ -23,10 +23,12 @@ use strata_core::assembly::{
 use strata_core::projection::LogPosition;
 use strata_core::tokens::O200k;
 use strata_core::{Event, Payload};
+use strata_eval::{History, PointScore, Totals, DEFAULT_LAST_N};
 use strata_log::EventLog;
 use strata_store::sqlite::SqliteStore;
 use strata_store::ProjectionStore;
 
+use crate::eval::{raw_output, score_response, Histories};
 use crate::fold::Folder;
 use crate::source::{offsets_of, LogReader, Progress, Ticker};
 use crate::{io_err, Error, Result};
@@ -71,6 +73,9 @@ pub struct ReplayOptions {
     /// Directory for the scratch projection set (default: a temporary directory). It must not
     /// hold a live set.
     pub scratch_dir: Option<PathBuf>,
+    /// Where offloaded outputs are read back from, for the quality columns' history (without
+    /// it, their previews stand in).
+    pub blobs: Option<strata_blob::BlobStore>,
 }
 
 /// Where the events come from.
@@ -135,6 +140,18 @@ pub struct CallPoint {
     pub added: Vec<SegmentChange>,
     /// Segments the recorded policy includes and the candidate does not.
     pub dropped: Vec<SegmentChange>,
+    /// At a recorded response: its evidence and how much of it each bundle holds (see
+    /// [`crate::eval`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<Quality>,
+}
+
+/// The quality columns of a call point with a recorded response.
+#[derive(Debug, Clone, Serialize)]
+pub struct Quality {
+    pub recorded: PointScore,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<PointScore>,
 }
 
 /// The summary of a replay.
@@ -154,6 +171,11 @@ pub struct ReplayReport {
     pub elapsed_secs: f64,
     /// Replayed events per second.
     pub events_per_sec: f64,
+    /// Evidence recall and the baselines at the points with a recorded response, under the
+    /// recorded policy.
+    pub recorded_quality: Totals,
+    /// The same under the candidate policy.
+    pub candidate_quality: Option<Totals>,
     /// Every call point, in replay order.
     #[serde(skip)]
     pub points: Vec<CallPoint>,
@@ -188,13 +210,18 @@ pub async fn replay(
         events_scanned: scanned,
         elapsed_secs: 0.0,
         events_per_sec: 0.0,
+        recorded_quality: Totals::default(),
+        candidate_quality: options.policy.map(|_| Totals::default()),
         points: Vec::new(),
     };
     let mut folder = Folder::new("strata-replay", false, 1);
     let total_sessions = order.len() as u64;
     for key in &order {
         let events = by_session.remove(key).unwrap_or_default();
-        for (pos, event) in events {
+        let mut histories = Histories::default();
+        for (pos, mut event) in events {
+            // Replay folds the log as it is: nothing is offloaded again.
+            let raw = raw_output(&mut event, options.blobs.as_ref(), usize::MAX).await;
             let kind = match &event.payload {
                 Payload::ContextBuilt(_) => Some("context_built"),
                 Payload::ModelResponseReceived(_) => Some("model_response_received"),
@@ -202,7 +229,8 @@ pub async fn replay(
             };
             if let Some(kind) = kind {
                 folder.flush(&scratch).await?;
-                match call_point(&scratch, &folder, &event, kind, options).await? {
+                let history = histories.branch(&event.branch_id);
+                match call_point(&scratch, &folder, &event, kind, options, history).await? {
                     Some(point) => {
                         report.call_points += 1;
                         report.recorded_tokens += point.recorded.context_tokens;
@@ -211,11 +239,20 @@ pub async fn replay(
                         {
                             *t += c.context_tokens;
                         }
+                        if let Some(q) = &point.quality {
+                            report.recorded_quality.add(&q.recorded);
+                            if let (Some(t), Some(c)) =
+                                (report.candidate_quality.as_mut(), q.candidate.as_ref())
+                            {
+                                t.add(c);
+                            }
+                        }
                         report.points.push(point);
                     }
                     None => report.skipped_points += 1,
                 }
             }
+            histories.remember(&event, raw);
             folder.fold(&scratch, vec![(pos, event)]).await?;
             report.events += 1;
             if folder.pending >= 5000 {
@@ -343,6 +380,7 @@ async fn call_point(
     event: &Event,
     kind: &'static str,
     options: &ReplayOptions,
+    history: &History,
 ) -> Result<Option<CallPoint>> {
     let Some(fold) = folder.session(&event.tenant_id, &event.session_id) else {
         return Ok(None);
@@ -379,7 +417,21 @@ async fn call_point(
     if options.budget.is_some() {
         request.budget = options.budget;
     }
-    let base = assemble_with_policy(&snapshot, &request, &recorded_policy, &O200k).assembly;
+    let base_bundle = assemble_with_policy(&snapshot, &request, &recorded_policy, &O200k);
+    let cand_bundle = options
+        .policy
+        .as_ref()
+        .map(|policy| assemble_with_policy(&snapshot, &request, policy, &O200k));
+    let quality = match &event.payload {
+        Payload::ModelResponseReceived(response) => Some(Quality {
+            recorded: score_response(history, response, &base_bundle, DEFAULT_LAST_N),
+            candidate: cand_bundle
+                .as_ref()
+                .map(|c| score_response(history, response, c, DEFAULT_LAST_N)),
+        }),
+        _ => None,
+    };
+    let base = base_bundle.assembly;
     let mut point = CallPoint {
         tenant_id: event.tenant_id.clone(),
         session_id: event.session_id.clone(),
@@ -394,9 +446,10 @@ async fn call_point(
         token_diff: 0,
         added: Vec::new(),
         dropped: Vec::new(),
+        quality,
     };
-    if let Some(policy) = &options.policy {
-        let cand = assemble_with_policy(&snapshot, &request, policy, &O200k).assembly;
+    if let (Some(policy), Some(cand)) = (&options.policy, cand_bundle) {
+        let cand = cand.assembly;
         point.token_diff = cand.context_tokens as i64 - base.context_tokens as i64;
         let seg_key = |kind: &str, src: &[String]| format!("{kind}\u{1f}{}", src.join(","));
         let base_keys: BTreeMap<String, &strata_core::assembly::Segment> = base

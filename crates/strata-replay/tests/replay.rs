@@ -27,6 +27,7 @@ async fn replay_reports_every_call_point_and_writes_nothing_live() {
             policy: AssemblyPolicy::by_version(POLICY_VERSION_TIGHT),
             budget: Some(3000),
             scratch_dir: None,
+            blobs: None,
         },
         Some(&mut sink),
     )
