@@ -104,10 +104,17 @@ fn import_options(args: &ImportArgs) -> anyhow::Result<ImportOptions> {
 fn check_all(inputs: &[Input], options: &ImportOptions) -> anyhow::Result<Vec<Report>> {
     let mut problems: Vec<String> = Vec::new();
     let mut reports = Vec::new();
-    for input in inputs {
+    let progress = std::io::stderr().is_terminal();
+    let mut checked_events = 0u64;
+    for (i, input) in inputs.iter().enumerate() {
         let mut n = 0u64;
+        let name = &input.source.name;
         let mut check = |e: Event| {
             n += 1;
+            if progress && n % 10_000 == 0 {
+                eprint!("\rchecking {name}: {n} event(s)");
+                let _ = std::io::stderr().flush();
+            }
             Event::from_json(e.to_json(), None)
                 .map(drop)
                 .map_err(|invalid| format!("event {n} would be invalid: {invalid}"))
@@ -121,9 +128,23 @@ fn check_all(inputs: &[Input], options: &ImportOptions) -> anyhow::Result<Vec<Re
         );
         problems.extend(errors.iter().map(ToString::to_string));
         match report {
-            Ok(r) => reports.push(r),
+            Ok(r) => {
+                checked_events += r.event_count();
+                reports.push(r);
+            }
             Err(e) => problems.push(e.to_string()),
         }
+        if progress {
+            eprint!(
+                "\rchecked {}/{} file(s), {checked_events} event(s)",
+                i + 1,
+                inputs.len()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    if progress {
+        eprintln!();
     }
     if problems.is_empty() {
         return Ok(reports);
