@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use strata_core::payload::{ModelResponseReceived, SessionStarted, ToolCallFinished};
 use strata_core::{Event, Payload};
-use strata_import::{convert, detect, Error, Format, ImportOptions, Report, Source};
+use strata_import::{convert, detect, Error, Format, ImportOptions, Position, Report, Source};
 
 fn fixture(dir: &str, name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -409,11 +409,11 @@ fn session_option_names_every_conversation() {
     assert_eq!(report.sessions, ["run-9-7-0", "run-9-7-1"]);
 }
 
-fn record_error(dir: &str, name: &str, format: Format) -> (String, String) {
+fn record_error(dir: &str, name: &str, format: Format) -> (Position, String) {
     match run_path(&fixture(dir, name), format) {
         Err(Error::Record {
             position, message, ..
-        }) => (position.to_string(), message),
+        }) => (position, message),
         other => panic!("expected a record error, got {other:?}"),
     }
 }
@@ -421,17 +421,23 @@ fn record_error(dir: &str, name: &str, format: Format) -> (String, String) {
 #[test]
 fn malformed_records_are_errors_naming_the_position() {
     let (at, why) = record_error("openai-chat", "bad-line.jsonl", Format::OpenaiChat);
-    assert_eq!(at, "line 2");
+    assert_eq!(at, Position::Line(2));
     assert!(why.contains("neither a message"), "{why}");
     let (at, why) = record_error("openai-chat", "bad-tool.json", Format::OpenaiChat);
-    assert_eq!(at, "element 2");
+    assert_eq!(
+        at,
+        Position::Element {
+            field: None,
+            index: 2
+        }
+    );
     assert!(why.contains("tool_call_id"), "{why}");
     let (at, why) = record_error(
         "openai-responses",
         "bad-call.jsonl",
         Format::OpenaiResponses,
     );
-    assert_eq!(at, "line 2");
+    assert_eq!(at, Position::Line(2));
     assert!(why.contains("call_id"), "{why}");
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde_json::json;
 use strata_core::payload::{ModelResponseReceived, SessionStarted, ToolCallFinished};
 use strata_core::{Event, Payload};
-use strata_import::{convert, detect, Error, Format, ImportOptions, Report, Source};
+use strata_import::{convert, detect, Error, Format, ImportOptions, Position, Report, Source};
 
 fn fixture(dir: &str, name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -370,7 +370,13 @@ fn malformed_entries_are_errors_naming_the_position() {
         Err(Error::Record {
             position, message, ..
         }) => {
-            assert_eq!(position.to_string(), "history[1]");
+            assert_eq!(
+                position,
+                Position::Element {
+                    field: Some("history".into()),
+                    index: 1
+                }
+            );
             assert!(message.contains("role"), "{message}");
         }
         other => panic!("expected a record error, got {other:?}"),
@@ -382,7 +388,13 @@ fn malformed_entries_are_errors_naming_the_position() {
         Err(Error::Record {
             position, message, ..
         }) => {
-            assert_eq!(position.to_string(), "messages[3]");
+            assert_eq!(
+                position,
+                Position::Element {
+                    field: Some("messages".into()),
+                    index: 3
+                }
+            );
             assert!(message.contains("tool_call_id"), "{message}");
         }
         other => panic!("expected a record error, got {other:?}"),
