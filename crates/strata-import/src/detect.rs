@@ -74,14 +74,29 @@ pub fn detect(source: &Source) -> Result<Format> {
         message: format!("not JSONL, and not a valid JSON document: {e}"),
     })?;
     if outline.is_array {
-        return match outline.first_element.as_ref().and_then(Value::as_object) {
-            Some(o) => message_format(o).ok_or_else(|| {
-                unknown("a JSON array whose first element is neither a message nor an item")
-            }),
-            None => Err(unknown("an empty JSON array, or not of objects")),
+        let elements: Vec<&Map<String, Value>> =
+            outline.head.iter().filter_map(Value::as_object).collect();
+        if elements.is_empty() {
+            return Err(unknown("an empty JSON array, or not of objects"));
+        }
+        return match list_format(&elements) {
+            // mini-swe-agent before its `info` wrapper wrote a bare list of chat messages: only
+            // the file name tells it from any other.
+            Some(Format::OpenaiChat) if is_traj_json(source) => Ok(Format::MiniSweAgent),
+            Some(f) => Ok(f),
+            None => Err(unknown(
+                "a JSON array whose first element is neither a message nor an item",
+            )),
         };
     }
     object_format(&outline).ok_or_else(|| unknown("a JSON object of no known shape"))
+}
+
+fn is_traj_json(source: &Source) -> bool {
+    source
+        .path
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().ends_with(".traj.json"))
 }
 
 fn outline_of(o: &Map<String, Value>) -> Outline {
@@ -156,12 +171,47 @@ fn jsonl_format(lines: &[Map<String, Value>]) -> Option<Format> {
     if first.contains_key("input") && first.get("input").is_some_and(Value::is_array) {
         return Some(Format::OpenaiResponses);
     }
+    let lines: Vec<&Map<String, Value>> = lines.iter().collect();
+    list_format(&lines)
+}
+
+/// The format of a list of messages or items (or of conversations) from its first elements: a
+/// Responses item anywhere among them makes it Responses — the Agents SDK's lists often start
+/// with an easy-input message (`{"role": "user", "content": "..."}`) that a chat message looks
+/// exactly like.
+fn list_format(elements: &[&Map<String, Value>]) -> Option<Format> {
+    let first = elements.first()?;
+    if elements.iter().any(|o| is_responses_item(o)) {
+        return Some(Format::OpenaiResponses);
+    }
     message_format(first)
+}
+
+/// Whether an object can only be a Responses item: an item `type`, content parts of the
+/// Responses kinds (`input_text`...), or a conversation of items (`input` / `output` arrays).
+fn is_responses_item(o: &Map<String, Value>) -> bool {
+    if message_format(o) == Some(Format::OpenaiResponses) {
+        return true;
+    }
+    let responses_part = |p: &Value| {
+        p.get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.starts_with("input_") || t.starts_with("output_"))
+    };
+    let has_parts = o
+        .get("content")
+        .and_then(Value::as_array)
+        .is_some_and(|parts| parts.iter().any(responses_part));
+    let conversation = !o.contains_key("messages")
+        && ["input", "output"]
+            .iter()
+            .any(|k| o.get(*k).is_some_and(Value::is_array));
+    has_parts || conversation
 }
 
 /// Whether an object is a chat message (`role`) or a Responses item (`type`).
 fn message_format(o: &Map<String, Value>) -> Option<Format> {
-    const ITEM_TYPES: [&str; 8] = [
+    const ITEM_TYPES: [&str; 14] = [
         "message",
         "function_call",
         "function_call_output",
@@ -169,7 +219,13 @@ fn message_format(o: &Map<String, Value>) -> Option<Format> {
         "custom_tool_call",
         "custom_tool_call_output",
         "computer_call",
+        "computer_call_output",
         "web_search_call",
+        "file_search_call",
+        "local_shell_call",
+        "local_shell_call_output",
+        "mcp_call",
+        "item_reference",
     ];
     if str_of(o, "type").is_some_and(|t| ITEM_TYPES.contains(&t)) {
         return Some(Format::OpenaiResponses);
@@ -177,7 +233,8 @@ fn message_format(o: &Map<String, Value>) -> Option<Format> {
     if o.contains_key("role") && (o.contains_key("content") || o.contains_key("tool_calls")) {
         return Some(Format::OpenaiChat);
     }
-    if o.contains_key("messages") {
+    // A conversation: `messages`, or tau-bench's `traj` (its results are lists of them).
+    if o.contains_key("messages") || o.get("traj").is_some_and(Value::is_array) {
         return Some(Format::OpenaiChat);
     }
     None

@@ -6,7 +6,11 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use strata_core::payload::{ModelRef, SessionStarted, ToolSpec};
+use strata_core::event::truncate_to_micros;
+use strata_core::payload::{
+    ModelRef, ModelResponseReceived, SessionStarted, ToolCall, ToolCallFinished, ToolSpec, Usage,
+    UserPromptSubmitted,
+};
 use strata_core::{Event, Payload, MAIN_BRANCH};
 
 use crate::read::Record;
@@ -25,6 +29,26 @@ impl Record {
         Anchor {
             position: self.position.key(),
             fingerprint: self.fingerprint,
+        }
+    }
+}
+
+impl Anchor {
+    /// The anchor of an event built from several records (a model turn spread over items, a
+    /// session start over a header and system messages): the first record's position, and the
+    /// bytes of all of them, so a change to any of them changes the event's id.
+    pub fn with(&self, other: &Anchor) -> Anchor {
+        if self == other {
+            return self.clone();
+        }
+        let mut h = Sha256::new();
+        h.update(self.fingerprint);
+        h.update(other.position.as_bytes());
+        h.update([0]);
+        h.update(other.fingerprint);
+        Anchor {
+            position: self.position.clone(),
+            fingerprint: h.finalize().into(),
         }
     }
 }
@@ -51,7 +75,8 @@ pub fn event_id(tenant: &str, session: &str, anchor: &Anchor, sub: u32) -> Strin
 pub struct Draft {
     pub session: String,
     pub branch: String,
-    /// `None`: the session's last time (or the synthetic clock of formats without one).
+    /// `None`: the session's last time once one of its events had a time, else the synthetic
+    /// clock (base time + one second per event) of formats without one.
     pub timestamp: Option<DateTime<Utc>>,
     pub actor: Option<String>,
     pub participant: Option<String>,
@@ -97,6 +122,9 @@ impl Draft {
 #[derive(Debug, Default)]
 struct SessionBook {
     last_time: Option<DateTime<Utc>>,
+    /// Whether an event of the session had a time of its own: then an event without one takes
+    /// the session's last time; before (a format without a clock), the synthetic clock's.
+    clocked: bool,
     /// Calls asked for and not answered yet (emitted ids).
     open: HashSet<String>,
     /// The emitted id of each source call id (a source that reuses an id gets `id#2`...).
@@ -223,11 +251,17 @@ impl<'a> Emitter<'a> {
         let tick = self.base_time + Duration::seconds(self.ticks);
         self.ticks += 1;
         let book = self.books.entry(draft.session.clone()).or_default();
-        let timestamp = draft
-            .timestamp
-            .or(book.last_time)
-            .unwrap_or(tick)
-            .max(book.last_time.unwrap_or(DateTime::<Utc>::MIN_UTC));
+        // Microseconds, as the log keeps them: an event read back from its JSON is then equal to
+        // the one emitted (sources write nanoseconds, the base time is a file's mtime).
+        book.clocked |= draft.timestamp.is_some();
+        let untimed = if book.clocked { book.last_time } else { None };
+        let timestamp = truncate_to_micros(
+            draft
+                .timestamp
+                .or(untimed)
+                .unwrap_or(tick)
+                .max(book.last_time.unwrap_or(DateTime::<Utc>::MIN_UTC)),
+        );
         book.last_time = Some(timestamp);
         match &draft.payload {
             Payload::ModelResponseReceived(p) => {
@@ -414,4 +448,91 @@ pub fn arguments(value: Option<&Value>) -> Value {
         Some(v @ Value::Object(_)) => v.clone(),
         Some(other) => serde_json::json!({ "input": other }),
     }
+}
+
+/// A `UserPromptSubmitted` payload.
+pub fn user_prompt(message_id: impl Into<String>, text: impl Into<String>) -> Payload {
+    Payload::UserPromptSubmitted(UserPromptSubmitted {
+        message_id: message_id.into(),
+        text: text.into(),
+        extra: Map::new(),
+    })
+}
+
+/// A `ModelResponseReceived` payload.
+pub fn model_response(
+    message_id: impl Into<String>,
+    text: impl Into<String>,
+    tool_calls: Vec<ToolCall>,
+    usage: Option<Usage>,
+    extra: Map<String, Value>,
+) -> Payload {
+    Payload::ModelResponseReceived(ModelResponseReceived {
+        message_id: message_id.into(),
+        model_run_id: None,
+        text: text.into(),
+        tool_calls,
+        usage,
+        extra,
+    })
+}
+
+/// One tool call of a model response.
+pub fn tool_call(id: impl Into<String>, name: impl Into<String>, args: Value) -> ToolCall {
+    ToolCall {
+        tool_call_id: id.into(),
+        name: name.into(),
+        args,
+        extra: Map::new(),
+    }
+}
+
+/// A `ToolCallFinished` payload with its output inline.
+pub fn tool_result(
+    tool_call_id: impl Into<String>,
+    output: impl Into<String>,
+    is_error: bool,
+    extra: Map<String, Value>,
+) -> Payload {
+    Payload::ToolCallFinished(ToolCallFinished {
+        tool_call_id: tool_call_id.into(),
+        output: Some(output.into()),
+        output_ref: None,
+        output_preview: None,
+        output_sha256: None,
+        output_bytes: None,
+        output_tokens: None,
+        is_error,
+        privacy_class: None,
+        freshness_class: None,
+        extra,
+    })
+}
+
+/// Token usage as a source reports it: the Chat Completions names (`prompt_tokens`,
+/// `completion_tokens`) or the Responses ones (`input_tokens`, `output_tokens`); the other
+/// fields (cached tokens, cost...) are kept in `extra`. `None` when neither count is there.
+pub fn usage_of(value: Option<&Value>) -> Option<Usage> {
+    let o = value?.as_object()?;
+    let count = |names: [&str; 2]| names.iter().find_map(|n| o.get(*n)?.as_u64());
+    let input = count(["input_tokens", "prompt_tokens"]);
+    let output = count(["output_tokens", "completion_tokens"]);
+    if input.is_none() && output.is_none() {
+        return None;
+    }
+    const COUNTS: [&str; 4] = [
+        "input_tokens",
+        "prompt_tokens",
+        "output_tokens",
+        "completion_tokens",
+    ];
+    Some(Usage {
+        input_tokens: input.unwrap_or(0),
+        output_tokens: output.unwrap_or(0),
+        extra: o
+            .iter()
+            .filter(|(k, v)| !COUNTS.contains(&k.as_str()) && !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    })
 }

@@ -416,12 +416,18 @@ impl<'de> Visitor<'de> for SpoolSeed<'_> {
 pub struct Outline {
     /// The document is an array; its first element.
     pub first_element: Option<Value>,
+    /// The document is an array; its first elements (up to [`OUTLINE_HEAD`]): a list whose
+    /// first element fits two formats is told by the next ones.
+    pub head: Vec<Value>,
     pub is_array: bool,
     /// The object's keys, in order, with short string values.
     pub keys: Vec<(String, Option<String>)>,
     /// First element of each array-valued key (an object's `messages[0]`, ...).
     pub first_of: Map<String, Value>,
 }
+
+/// Elements of a top-level array an [`Outline`] keeps.
+pub const OUTLINE_HEAD: usize = 16;
 
 /// Reads the outline of a JSON document.
 pub fn outline(reader: impl Read) -> std::result::Result<Outline, serde_json::Error> {
@@ -439,11 +445,18 @@ impl<'de> Visitor<'de> for OutlineVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Outline, A::Error> {
-        // The first element; the rest is skipped without being kept.
-        let first_element = seq.next_element::<Value>()?;
+        // The first elements; the rest is skipped without being kept.
+        let mut head = Vec::new();
+        while head.len() < OUTLINE_HEAD {
+            match seq.next_element::<Value>()? {
+                Some(v) => head.push(v),
+                None => break,
+            }
+        }
         while seq.next_element::<IgnoredAny>()?.is_some() {}
         Ok(Outline {
-            first_element,
+            first_element: head.first().cloned(),
+            head,
             is_array: true,
             ..Outline::default()
         })
