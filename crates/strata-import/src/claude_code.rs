@@ -265,6 +265,8 @@ impl Transcript {
                 return Ok(());
             }
         }
+        // Checked as it comes: the line may be held and converted later.
+        check(obj, ty)?;
         let uuid = str_of(obj, "uuid");
         if let (Some(c), Some(u)) = (&self.child, uuid) {
             if c.copied.contains(u) {
@@ -1021,6 +1023,45 @@ impl Group {
                 .iter()
                 .all(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
     }
+}
+
+/// Whether a line has what its conversion needs (the errors a malformed line gives).
+fn check(obj: &Map<String, Value>, ty: &str) -> Result<(), String> {
+    time_of(obj)?;
+    if ty == "system" {
+        return Ok(());
+    }
+    let content = message_of(obj, ty)?.get("content").unwrap_or(&Value::Null);
+    let blocks = match content {
+        Value::Array(blocks) => blocks,
+        Value::String(_) | Value::Null => return Ok(()),
+        other => {
+            return Err(format!(
+                "message.content must be a string or an array, found {}",
+                kind(other)
+            ))
+        }
+    };
+    for block in blocks {
+        let b = block
+            .as_object()
+            .ok_or("a content block is not an object")?;
+        let non_empty = |key: &str| str_of(b, key).is_some_and(|s| !s.is_empty());
+        match str_of(b, "type") {
+            None => return Err("a content block without a \"type\"".into()),
+            Some("tool_use") if !non_empty("id") => {
+                return Err("a tool_use block without an \"id\"".into())
+            }
+            Some("tool_use") if !non_empty("name") => {
+                return Err("a tool_use block without a \"name\"".into())
+            }
+            Some("tool_result") if !non_empty("tool_use_id") => {
+                return Err("a tool_result block without a \"tool_use_id\"".into())
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 fn object(record: &Record) -> Result<&Map<String, Value>, String> {
