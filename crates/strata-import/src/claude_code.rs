@@ -29,7 +29,8 @@
 //!   `isSidechain`, with its `agentId`). Its first user line is the prompt of the `Task`/`Agent`
 //!   call that started it: when that call's message is emitted, the file with that prompt is
 //!   imported as the child session `<session>/agent-<id>` (`SubagentStarted` just before it).
-//!   A call whose prompt matches no file is linked at its result by `toolUseResult.agentId`.
+//!   A call whose prompt matches no file, or several, is linked at its result by
+//!   `toolUseResult.agentId` (its child's events then come just before the result).
 //! - **Subagents, old layout (≤ 1.0.x).** Sidechain lines sit in the session file itself; a
 //!   chain starts at a sidechain line without a parent and follows `parentUuid`. Each chain is the
 //!   child session `<session>/sidechain-<root uuid>`, linked to the waiting `Task` call whose
@@ -321,11 +322,10 @@ impl Transcript {
     }
 
     fn finish_thread(&mut self, t: &mut Thread, out: &mut Emitter<'_>) -> Result<(), String> {
-        if !t.ready && !t.held.is_empty() {
-            self.make_ready(t, None)?;
-            for r in std::mem::take(&mut t.held) {
-                self.process(t, r, out)?;
-            }
+        // Its model never showed: its lines ran out first.
+        if let Some(first) = t.held.first().filter(|_| !t.ready) {
+            let start = session_start(object(first)?, None, &t.extra, &t.session)?;
+            self.begin(t, start, out)?;
         }
         self.flush(t, out)?;
         if t.boundary.take().is_some() {
@@ -440,7 +440,7 @@ impl Transcript {
                 let draft = Draft::new(own, payload).at(time_of(obj)?).actor("agent");
                 self.emit(out, &record.anchor(), draft);
             }
-            None => out.unmapped("sidechain no Task call asked for"),
+            None => out.unmapped("sidechain without a waiting Task call"),
         }
         self.new_thread(session.clone(), extra);
         Ok(session)
@@ -469,25 +469,26 @@ impl Transcript {
                 return Ok(());
             }
             let first = t.held.first().unwrap_or(&record);
-            let start = session_start(object(first)?, model.clone(), &t.extra, &t.session)?;
-            self.starts.insert(t.session.clone(), start);
-            t.model = model;
-            t.ready = true;
-            for r in std::mem::take(&mut t.held) {
-                self.process(t, r, out)?;
-            }
+            let start = session_start(object(first)?, model, &t.extra, &t.session)?;
+            self.begin(t, start, out)?;
         }
         self.process(t, record, out)
     }
 
-    /// Readies a thread whose model never showed (its lines ran out, or too many came first).
-    fn make_ready(&mut self, t: &mut Thread, model: Option<String>) -> Result<(), String> {
-        if let Some(first) = t.held.first() {
-            let start = session_start(object(first)?, model.clone(), &t.extra, &t.session)?;
-            self.starts.insert(t.session.clone(), start);
-        }
-        t.model = model;
+    /// Starts converting a thread's lines: what it held first. Its `SessionStarted` waits for
+    /// its first event.
+    fn begin(
+        &mut self,
+        t: &mut Thread,
+        start: SessionStart,
+        out: &mut Emitter<'_>,
+    ) -> Result<(), String> {
+        t.model.clone_from(&start.model);
         t.ready = true;
+        self.starts.insert(t.session.clone(), start);
+        for r in std::mem::take(&mut t.held) {
+            self.process(t, r, out)?;
+        }
         Ok(())
     }
 
@@ -587,33 +588,7 @@ impl Transcript {
         let Some(g) = t.group.take() else {
             return Ok(());
         };
-        let mut tool_calls = Vec::with_capacity(g.calls.len());
-        let mut spawned = Vec::new();
-        for c in g.calls {
-            let id = out.new_call_id(&t.session, &c.id);
-            tool_calls.push(ToolCall {
-                tool_call_id: id.clone(),
-                name: c.name.clone(),
-                args: emit::arguments(Some(&c.input)),
-                extra: Map::new(),
-            });
-            let keeps_input =
-                TASK_TOOLS.contains(&c.name.as_str()) || FILE_TOOLS.contains(&c.name.as_str());
-            if TASK_TOOLS.contains(&c.name.as_str()) {
-                spawned.push(id.clone());
-            }
-            self.calls_made += 1;
-            self.calls.insert(
-                (t.session.clone(), id.clone()),
-                Call {
-                    seq: self.calls_made,
-                    id,
-                    name: c.name,
-                    input: if keeps_input { c.input } else { Value::Null },
-                    child: None,
-                },
-            );
-        }
+        let (tool_calls, spawned) = self.register_calls(&t.session, g.calls, out);
         let mut extra = Map::new();
         if !g.thinking.is_empty() {
             extra.insert("thinking".into(), g.thinking.join("\n\n").into());
@@ -636,34 +611,9 @@ impl Transcript {
             .at(g.timestamp)
             .actor("model");
         self.emit(out, &g.anchor, with_source(draft, g.uuid.as_deref()));
-        // Subagent transcripts, found by the prompt their call gave.
-        let mut imports = Vec::new();
-        for id in spawned {
-            let key = (t.session.clone(), id);
-            let prompt = self.calls.get(&key).and_then(Call::prompt);
-            let Some(i) = find_subagent(self.subagents.as_deref(), prompt) else {
-                continue;
-            };
-            let Some(file) = self.subagents.as_mut().and_then(|f| f.get_mut(i)) else {
-                continue;
-            };
-            file.imported = true;
-            let child = format!("{}/agent-{}", t.session, file.agent_id);
-            let Some(call) = self.calls.get_mut(&key) else {
-                continue;
-            };
-            call.child = Some(ChildLink {
-                session: child.clone(),
-                inline: false,
-                announced: true,
-            });
-            let payload = subagent_started(call, &child);
-            let draft = Draft::new(t.session.clone(), payload)
-                .at(g.timestamp)
-                .actor("agent");
-            self.emit(out, &g.anchor, draft);
-            imports.push(i);
-        }
+        // Every SubagentStarted of the group before any child's events: the group's anchor
+        // gives them their ids, in a row.
+        let imports = self.start_subagents(&t.session, &spawned, &g.anchor, g.timestamp, out);
         for i in imports {
             self.import_subagent(i, &t.session, false, out)?;
         }
@@ -671,6 +621,84 @@ impl Transcript {
             self.user_line(t, &r, out)?;
         }
         Ok(())
+    }
+
+    /// The calls of a response, with their emitted ids, kept until their results; and the ids
+    /// of those that start subagents.
+    fn register_calls(
+        &mut self,
+        session: &str,
+        calls: Vec<RawCall>,
+        out: &mut Emitter<'_>,
+    ) -> (Vec<ToolCall>, Vec<String>) {
+        let mut tool_calls = Vec::with_capacity(calls.len());
+        let mut spawned = Vec::new();
+        for c in calls {
+            let id = out.new_call_id(session, &c.id);
+            tool_calls.push(ToolCall {
+                tool_call_id: id.clone(),
+                name: c.name.clone(),
+                args: emit::arguments(Some(&c.input)),
+                extra: Map::new(),
+            });
+            let spawns = TASK_TOOLS.contains(&c.name.as_str());
+            if spawns {
+                spawned.push(id.clone());
+            }
+            // Only the inputs a result needs are kept (file paths and edits, prompts).
+            let keep = spawns || FILE_TOOLS.contains(&c.name.as_str());
+            self.calls_made += 1;
+            self.calls.insert(
+                (session.to_owned(), id.clone()),
+                Call {
+                    seq: self.calls_made,
+                    id,
+                    name: c.name,
+                    input: if keep { c.input } else { Value::Null },
+                    child: None,
+                },
+            );
+        }
+        (tool_calls, spawned)
+    }
+
+    /// Links `Task`/`Agent` calls to the subagent files their prompts started, emitting their
+    /// `SubagentStarted`; returns the files to import.
+    fn start_subagents(
+        &mut self,
+        session: &str,
+        spawned: &[String],
+        anchor: &Anchor,
+        at: Option<DateTime<Utc>>,
+        out: &mut Emitter<'_>,
+    ) -> Vec<usize> {
+        let mut imports = Vec::new();
+        for id in spawned {
+            let key = (session.to_owned(), id.clone());
+            let prompt = self.calls.get(&key).and_then(Call::prompt);
+            let Some(i) = find_subagent(self.subagents.as_deref(), prompt) else {
+                continue;
+            };
+            let (Some(file), Some(call)) = (
+                self.subagents.as_mut().and_then(|f| f.get_mut(i)),
+                self.calls.get_mut(&key),
+            ) else {
+                continue;
+            };
+            // Claimed now, so the group's next call does not take it too.
+            file.imported = true;
+            let child = format!("{session}/agent-{}", file.agent_id);
+            call.child = Some(ChildLink {
+                session: child.clone(),
+                inline: false,
+                announced: true,
+            });
+            let payload = subagent_started(call, &child);
+            let draft = Draft::new(session, payload).at(at).actor("agent");
+            self.emit(out, anchor, draft);
+            imports.push(i);
+        }
+        imports
     }
 
     /// A user line: its tool results, then its text as a prompt.
@@ -1416,13 +1444,20 @@ fn replace_diff(path: &str, pairs: &[(&str, &str)]) -> String {
     diff
 }
 
-/// The subagent file a call's prompt started: the first not yet imported whose first prompt
-/// is the call's.
+/// The subagent file a call's prompt started: the one not yet imported whose first prompt is
+/// the call's. When several are (the same task given twice), none is: the results name their
+/// agents, and link them.
 fn find_subagent(files: Option<&[SubagentFile]>, prompt: Option<&str>) -> Option<usize> {
     let prompt = prompt?;
-    files?
+    let mut matching = files?
         .iter()
-        .position(|f| !f.imported && f.prompt.as_deref() == Some(prompt))
+        .enumerate()
+        .filter(|(_, f)| !f.imported && f.prompt.as_deref() == Some(prompt))
+        .map(|(i, _)| i);
+    match (matching.next(), matching.next()) {
+        (Some(i), None) => Some(i),
+        _ => None,
+    }
 }
 
 /// The `subagents/agent-*.jsonl` files next to a session file (`<dir>/<session>/subagents/`),

@@ -577,3 +577,81 @@ fn a_malformed_subagent_line_names_the_subagent_file() {
         "{message}"
     );
 }
+
+/// Two calls given the same task: their results name their agents, and link them.
+#[test]
+fn the_same_task_twice_is_linked_by_the_agent_ids_of_the_results() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let call = |id: &str, uuid: &str| {
+        serde_json::json!({"type": "assistant", "sessionId": "s2", "uuid": uuid,
+            "message": {"id": "m1", "model": "claude-x", "content": [
+                {"type": "tool_use", "id": id, "name": "Agent", "input": {"prompt": "look around"}}]}})
+    };
+    let result = |id: &str, agent: &str, report: &str| {
+        serde_json::json!({"type": "user", "sessionId": "s2", "uuid": format!("r-{id}"),
+            "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": [{"type": "text", "text": report}]}]},
+            "toolUseResult": {"status": "completed", "agentId": agent}})
+    };
+    let path = write_lines(
+        dir.path(),
+        "s2.jsonl",
+        &[
+            serde_json::json!({"type": "user", "sessionId": "s2", "uuid": "u1",
+                "message": {"role": "user", "content": "go"}}),
+            call("t1", "a1"),
+            call("t2", "a2"),
+            result("t1", "bbb", "report of bbb"),
+            result("t2", "aaa", "report of aaa"),
+            serde_json::json!({"type": "assistant", "sessionId": "s2", "uuid": "a3",
+                "message": {"id": "m2", "model": "claude-x", "content": [{"type": "text", "text": "done"}]}}),
+        ],
+    );
+    let sub = dir.path().join("s2/subagents");
+    std::fs::create_dir_all(&sub).expect("mkdir");
+    for (agent, time) in [
+        ("aaa", "2026-01-01T00:00:01Z"),
+        ("bbb", "2026-01-01T00:00:02Z"),
+    ] {
+        let first = serde_json::json!({"type": "user", "sessionId": "s2", "isSidechain": true,
+            "agentId": agent, "uuid": format!("{agent}-1"), "timestamp": time,
+            "message": {"role": "user", "content": "look around"}});
+        write_lines(&sub, &format!("agent-{agent}.jsonl"), &[first]);
+    }
+    let (events, report) = run(&path);
+    let links: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::SubagentStarted(s) => Some((
+                s.extra["tool_call_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                s.child_session_id.clone(),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        links,
+        [
+            ("t1".to_owned(), "s2/agent-bbb".to_owned()),
+            ("t2".to_owned(), "s2/agent-aaa".to_owned())
+        ]
+    );
+    let reports: Vec<(&str, &str)> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::SubagentFinished(f) => Some((f.child_session_id.as_str(), f.report.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reports,
+        [
+            ("s2/agent-bbb", "report of bbb"),
+            ("s2/agent-aaa", "report of aaa")
+        ]
+    );
+    assert_eq!(report.sessions, ["s2", "s2/agent-bbb", "s2/agent-aaa"]);
+}
