@@ -494,7 +494,9 @@ impl Transcript {
 
     /// Emits an event, after its session's `SessionStarted` when it is the session's first.
     fn emit(&mut self, out: &mut Emitter<'_>, anchor: &Anchor, draft: Draft) {
-        if let Some(start) = self.starts.remove(&draft.session) {
+        if let Some(mut start) = self.starts.remove(&draft.session) {
+            // A first line without a time: the session starts with its first event.
+            start.timestamp = start.timestamp.or(draft.timestamp);
             out.session_started(anchor, &draft.session, start);
         }
         out.emit(anchor, draft);

@@ -154,10 +154,12 @@ impl Converter for Codex {
             }
             Line::TurnContext(ctx) => {
                 let model = str_of(ctx, "model").filter(|m| !m.is_empty());
-                if let Some(start) = self.start.as_mut().filter(|_| !self.announced) {
+                if !self.announced {
+                    // A rollout without metadata still gets its model.
+                    let start = self.start.get_or_insert_with(SessionStart::default);
                     if start.model.is_none() {
                         start.model = model.map(str::to_owned);
-                        self.session_model = start.model.clone();
+                        self.session_model.clone_from(&start.model);
                     }
                     for key in ["approval_policy", "sandbox_policy"] {
                         if let Some(v) = ctx.get(key) {
@@ -268,10 +270,9 @@ impl Codex {
     fn emit(&mut self, out: &mut Emitter<'_>, anchor: &Anchor, draft: Draft) {
         if !self.announced {
             self.announced = true;
-            let start = self.start.take().unwrap_or_else(|| SessionStart {
-                timestamp: draft.timestamp,
-                ..SessionStart::default()
-            });
+            let mut start = self.start.take().unwrap_or_default();
+            // Without metadata, the session starts with its first event.
+            start.timestamp = start.timestamp.or(draft.timestamp);
             self.session_model.clone_from(&start.model);
             out.session_started(anchor, &draft.session, start);
         }

@@ -443,3 +443,29 @@ fn a_malformed_line_is_an_error_naming_it() {
     assert_eq!(position, Position::Line(2));
     assert!(message.contains("not an RFC 3339 time"), "{message}");
 }
+
+#[test]
+fn a_rollout_without_metadata_is_named_after_its_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rollout-x.jsonl");
+    let lines = [
+        line(
+            "response_item",
+            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}),
+        ),
+        line("turn_context", json!({"model": "gpt-5-codex", "cwd": "/w"})),
+        line(
+            "response_item",
+            json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]}),
+        ),
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write");
+    let (events, report) = run(&path);
+    assert_eq!(report.sessions, ["rollout-x"]);
+    let Payload::SessionStarted(s) = &events[0].payload else {
+        unreachable!()
+    };
+    assert_eq!(s.model.model, "gpt-5-codex");
+    assert_eq!(events[0].timestamp, events[1].timestamp);
+    assert_eq!(responses(&events)[0].text, "hello");
+}
