@@ -152,27 +152,7 @@ impl Converter for Codex {
                 self.meta(meta, at, out);
                 return Ok(());
             }
-            Line::TurnContext(ctx) => {
-                let model = str_of(ctx, "model").filter(|m| !m.is_empty());
-                if !self.announced {
-                    // A rollout without metadata still gets its model.
-                    let start = self.start.get_or_insert_with(SessionStart::default);
-                    if start.model.is_none() {
-                        start.model = model.map(str::to_owned);
-                        self.session_model.clone_from(&start.model);
-                    }
-                    for key in ["approval_policy", "sandbox_policy"] {
-                        if let Some(v) = ctx.get(key) {
-                            start.extra.entry(key).or_insert_with(|| v.clone());
-                        }
-                    }
-                }
-                self.model = model.map(str::to_owned).or(self.model.take());
-                self.make_ready(out)?;
-                // A new turn: the previous call's items are complete.
-                self.flush(out);
-                return Ok(());
-            }
+            Line::TurnContext(ctx) => return self.turn_context(ctx, out),
             _ => {}
         }
         if !self.ready {
@@ -246,6 +226,35 @@ impl Codex {
             // The old layout names no model: nothing to wait for.
             self.ready = true;
         }
+    }
+
+    /// A turn's context: the model of what follows (the session's, for the first), and the end
+    /// of the previous model call.
+    fn turn_context(
+        &mut self,
+        ctx: &Map<String, Value>,
+        out: &mut Emitter<'_>,
+    ) -> Result<(), String> {
+        let model = str_of(ctx, "model").filter(|m| !m.is_empty());
+        if !self.announced {
+            // A rollout without metadata still gets its model.
+            let start = self.start.get_or_insert_with(SessionStart::default);
+            if start.model.is_none() {
+                start.model = model.map(str::to_owned);
+                self.session_model.clone_from(&start.model);
+            }
+            for key in ["approval_policy", "sandbox_policy"] {
+                if let Some(v) = ctx.get(key) {
+                    start.extra.entry(key).or_insert_with(|| v.clone());
+                }
+            }
+        }
+        if let Some(m) = model {
+            self.model = Some(m.to_owned());
+        }
+        self.make_ready(out)?;
+        self.flush(out);
+        Ok(())
     }
 
     /// Converts what was held: the model is known, or will not be.
