@@ -20,8 +20,9 @@
 //!   several lines, and the results of its first calls may come between them. A message's lines
 //!   are gathered until a line of another message (or a user line that is not one of its
 //!   results) arrives; the results that came in between are held and emitted after the response,
-//!   so every result follows its call. The group is the only thing held, and its event ids come
-//!   from its first line.
+//!   so every result follows its call. The group is the only thing held. The response's id
+//!   comes from its first line's position and the bytes of all its lines
+//!   ([`Anchor::with`]): a message that changed is a new event.
 //! - **The model before the first event.** `SessionStarted` carries the model, which the first
 //!   assistant line names; a session's lines are held until that line (at most [`HOLD`] lines,
 //!   then the model is `unknown`).
@@ -59,7 +60,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 use strata_core::payload::{
     DiffApplied, FileRead, FileWritten, ModelResponseReceived, SubagentFinished, SubagentStarted,
-    ToolCall, ToolCallFinished, Usage, UserPromptSubmitted,
+    ToolCall, UserPromptSubmitted,
 };
 use strata_core::Payload;
 
@@ -543,6 +544,8 @@ impl Transcript {
             .map(str::to_owned)
             .unwrap_or_else(|| record.position.key());
         if let Some(g) = t.group.as_mut().filter(|g| g.message_id == id) {
+            // The response's id depends on every line of it.
+            g.anchor = g.anchor.with(&record.anchor());
             return g.add(message, out);
         }
         self.flush(t, out)?;
@@ -606,7 +609,7 @@ impl Transcript {
             model_run_id: g.request_id,
             text: g.text.join("\n"),
             tool_calls,
-            usage: g.usage.as_ref().and_then(usage_of),
+            usage: emit::usage_of(g.usage.as_ref()),
             extra,
         });
         let draft = Draft::new(t.session.clone(), payload)
@@ -637,12 +640,11 @@ impl Transcript {
         let mut spawned = Vec::new();
         for c in calls {
             let id = out.new_call_id(session, &c.id);
-            tool_calls.push(ToolCall {
-                tool_call_id: id.clone(),
-                name: c.name.clone(),
-                args: emit::arguments(Some(&c.input)),
-                extra: Map::new(),
-            });
+            tool_calls.push(emit::tool_call(
+                id.clone(),
+                c.name.clone(),
+                emit::arguments(Some(&c.input)),
+            ));
             let spawns = TASK_TOOLS.contains(&c.name.as_str());
             if spawns {
                 spawned.push(id.clone());
@@ -898,19 +900,7 @@ impl Transcript {
                 .actor("agent");
             self.emit(out, &anchor, draft);
         }
-        let payload = Payload::ToolCallFinished(ToolCallFinished {
-            tool_call_id: id.clone(),
-            output: Some(output.clone()),
-            output_ref: None,
-            output_preview: None,
-            output_sha256: None,
-            output_bytes: None,
-            output_tokens: None,
-            is_error,
-            privacy_class: None,
-            freshness_class: None,
-            extra: Map::new(),
-        });
+        let payload = emit::tool_result(id.clone(), output.clone(), is_error, Map::new());
         let draft = Draft::new(session, payload).at(at).actor("tool");
         self.emit(out, &anchor, with_source(draft, uuid));
         let Some(call) = call else {
@@ -1208,21 +1198,6 @@ fn session_start(
         cwd: str_of(first, "cwd").map(str::to_owned),
         extra,
         ..SessionStart::default()
-    })
-}
-
-fn usage_of(v: &Value) -> Option<Usage> {
-    let o = v.as_object()?;
-    let mut extra = Map::new();
-    for key in ["cache_creation_input_tokens", "cache_read_input_tokens"] {
-        if let Some(n) = o.get(key).filter(|n| n.is_u64()) {
-            extra.insert(key.into(), n.clone());
-        }
-    }
-    Some(Usage {
-        input_tokens: o.get("input_tokens")?.as_u64()?,
-        output_tokens: o.get("output_tokens")?.as_u64()?,
-        extra,
     })
 }
 

@@ -25,7 +25,8 @@
 //!   separate items, and Codex writes them one per line; the items between two inputs (a result,
 //!   a user or developer message, a turn context, a compaction) are one call's. A `reasoning`
 //!   item after text or calls starts the next call, and so does a message after calls. Reasoning
-//!   with nothing after it is counted, not sent as an empty response.
+//!   with nothing after it is counted, not sent as an empty response. The response's id comes
+//!   from its first item's position and the bytes of all its items ([`Anchor::with`]).
 //! - **Developer messages are prompts.** They come mid-session (permissions, model switches,
 //!   collaboration modes) and were sent to the model as messages, so they are rendered as user
 //!   text with `extra.role = "developer"`, not folded into the system prompt.
@@ -54,9 +55,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
-use strata_core::payload::{
-    DiffApplied, ModelResponseReceived, ToolCall, ToolCallFinished, Usage, UserPromptSubmitted,
-};
+use strata_core::payload::{DiffApplied, Usage, UserPromptSubmitted};
 use strata_core::Payload;
 
 use crate::emit::{self, Anchor, Draft, SessionStart};
@@ -376,7 +375,7 @@ impl Codex {
         at: Option<DateTime<Utc>>,
     ) -> &mut Group {
         let waiting = &mut self.next_usage;
-        self.group.get_or_insert_with(|| Group {
+        let group = self.group.get_or_insert_with(|| Group {
             anchor: record.anchor(),
             message_id: item_id(item, record),
             timestamp: at,
@@ -385,7 +384,10 @@ impl Codex {
             calls: Vec::new(),
             phase: None,
             usage: waiting.take(),
-        })
+        });
+        // The response's id depends on every item of it.
+        group.anchor = group.anchor.with(&record.anchor());
+        group
     }
 
     /// Emits the pending model call.
@@ -405,12 +407,7 @@ impl Codex {
         for c in g.calls {
             let id = out.new_call_id(&session, &c.id);
             self.calls.insert(id.clone(), Call { patch: c.patch });
-            tool_calls.push(ToolCall {
-                tool_call_id: id,
-                name: c.name,
-                args: c.args,
-                extra: Map::new(),
-            });
+            tool_calls.push(emit::tool_call(id, c.name, c.args));
         }
         let mut extra = Map::new();
         if !g.reasoning.is_empty() {
@@ -422,14 +419,7 @@ impl Codex {
         if self.model.is_some() && self.model != self.session_model && self.announced {
             extra.insert("model".into(), self.model.clone().into());
         }
-        let payload = Payload::ModelResponseReceived(ModelResponseReceived {
-            message_id: g.message_id,
-            model_run_id: None,
-            text,
-            tool_calls,
-            usage: g.usage,
-            extra,
-        });
+        let payload = emit::model_response(g.message_id, text, tool_calls, g.usage, extra);
         let draft = Draft::new(session, payload).at(g.timestamp).actor("model");
         self.emit(out, &g.anchor, draft);
     }
@@ -521,19 +511,7 @@ impl Codex {
         if let Some(m) = metadata {
             extra.insert("metadata".into(), Value::Object(m));
         }
-        let payload = Payload::ToolCallFinished(ToolCallFinished {
-            tool_call_id: id.clone(),
-            output: Some(output),
-            output_ref: None,
-            output_preview: None,
-            output_sha256: None,
-            output_bytes: None,
-            output_tokens: None,
-            is_error,
-            privacy_class: None,
-            freshness_class: None,
-            extra,
-        });
+        let payload = emit::tool_result(id.clone(), output, is_error, extra);
         let anchor = record.anchor();
         let draft = Draft::new(session.clone(), payload).at(at).actor("tool");
         self.emit(out, &anchor, draft);
@@ -562,7 +540,7 @@ impl Codex {
         let usage = event
             .get("info")
             .and_then(|i| i.get("last_token_usage"))
-            .and_then(usage_of)
+            .and_then(|u| emit::usage_of(Some(u)))
             .filter(|_| ty == "token_count");
         match usage {
             Some(u) => self.token_count(u, out),
@@ -841,25 +819,6 @@ fn harness_failure(text: &str) -> bool {
     ];
     PREFIXES.iter().any(|p| text.starts_with(p))
         || text.lines().take(3).any(|l| l == "aborted by user")
-}
-
-fn usage_of(v: &Value) -> Option<Usage> {
-    let o = v.as_object()?;
-    let mut extra = Map::new();
-    for key in [
-        "cached_input_tokens",
-        "reasoning_output_tokens",
-        "total_tokens",
-    ] {
-        if let Some(n) = o.get(key).filter(|n| n.is_u64()) {
-            extra.insert(key.into(), n.clone());
-        }
-    }
-    Some(Usage {
-        input_tokens: o.get("input_tokens")?.as_u64()?,
-        output_tokens: o.get("output_tokens")?.as_u64()?,
-        extra,
-    })
 }
 
 /// What a reasoning item says: its summary and text when it has them, its encrypted content.

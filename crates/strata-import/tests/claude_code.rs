@@ -655,3 +655,81 @@ fn the_same_task_twice_is_linked_by_the_agent_ids_of_the_results() {
     );
     assert_eq!(report.sessions, ["s2", "s2/agent-bbb", "s2/agent-aaa"]);
 }
+
+/// A response's id depends on every line of its message; other events keep theirs.
+#[test]
+fn a_changed_line_of_a_message_changes_its_response_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(main_file()).expect("fixture");
+    let changed = text.replace("I'll read the file.", "I will read the file.");
+    assert_ne!(changed, text);
+    let path = dir.path().join(format!("{SESSION}.jsonl"));
+    std::fs::write(&path, changed).expect("write");
+    let (before, _) = run(&main_file());
+    let (after, _) = run(&path);
+    let id = |events: &[Event], pred: &dyn Fn(&Payload) -> bool| {
+        events
+            .iter()
+            .find(|e| pred(&e.payload))
+            .map(|e| e.event_id.clone())
+            .expect("event")
+    };
+    let msg_a =
+        |p: &Payload| matches!(p, Payload::ModelResponseReceived(r) if r.message_id == "msg_A");
+    let u1 = |p: &Payload| matches!(p, Payload::UserPromptSubmitted(u) if u.message_id == "u1");
+    assert_ne!(id(&before, &msg_a), id(&after, &msg_a));
+    assert_eq!(id(&before, &u1), id(&after, &u1));
+}
+
+/// A check goes on past a malformed line: the converter's state stays whole.
+#[test]
+fn a_check_lists_the_bad_lines_and_converts_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let user = serde_json::json!({"type": "user", "sessionId": "s3", "uuid": "u1",
+        "message": {"role": "user", "content": "hi"}});
+    let no_id = serde_json::json!({"type": "assistant", "sessionId": "s3", "uuid": "a0",
+        "message": {"id": "m0", "model": "claude-x", "content": [{"type": "tool_use", "name": "Read"}]}});
+    let call = serde_json::json!({"type": "assistant", "sessionId": "s3", "uuid": "a1",
+        "message": {"id": "m1", "model": "claude-x", "content": [
+            {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]}});
+    let result = serde_json::json!({"type": "user", "sessionId": "s3", "uuid": "r1",
+        "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"}]}});
+    let path = dir.path().join("s3.jsonl");
+    std::fs::write(
+        &path,
+        format!("{user}\n{no_id}\nnot json\n{call}\n{result}\n"),
+    )
+    .expect("write");
+    let mut events = Vec::new();
+    let (report, errors) = strata_import::check(
+        &Source::new(&path),
+        Format::ClaudeCode,
+        &ImportOptions::new("t1"),
+        &mut |e| {
+            events.push(e);
+            Ok(())
+        },
+        10,
+    );
+    let report = report.expect("checked");
+    let lines: Vec<Position> = errors
+        .iter()
+        .map(|e| match e {
+            Error::Record { position, .. } => position.clone(),
+            other => panic!("{other}"),
+        })
+        .collect();
+    assert_eq!(lines, [Position::Line(2), Position::Line(3)]);
+    assert_eq!(report.orphan_results, 0);
+    assert_eq!(report.calls_without_result, 0);
+    let types: Vec<&str> = events.iter().map(|e| e.event_type().as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "SessionStarted",
+            "UserPromptSubmitted",
+            "ModelResponseReceived",
+            "ToolCallFinished"
+        ]
+    );
+}

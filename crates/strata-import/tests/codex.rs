@@ -469,3 +469,83 @@ fn a_rollout_without_metadata_is_named_after_its_file() {
     assert_eq!(events[0].timestamp, events[1].timestamp);
     assert_eq!(responses(&events)[0].text, "hello");
 }
+
+/// A check goes on past a malformed line: the converter's state stays whole.
+#[test]
+fn a_check_lists_the_bad_lines_and_converts_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lines = [
+        line("session_meta", json!({"id": "s1"})),
+        line("turn_context", json!({"model": "gpt-5-codex"})),
+        line(
+            "response_item",
+            json!({"type": "function_call", "name": "shell"}),
+        ),
+        "not json".to_owned(),
+        line(
+            "response_item",
+            json!({"type": "function_call", "name": "shell", "arguments": "{}", "call_id": "c1"}),
+        ),
+        line(
+            "response_item",
+            json!({"type": "function_call_output", "call_id": "c1", "output": "ok"}),
+        ),
+    ];
+    let path = dir.path().join("rollout.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write");
+    let mut events = Vec::new();
+    let (report, errors) = strata_import::check(
+        &Source::new(&path),
+        Format::Codex,
+        &ImportOptions::new("t1"),
+        &mut |e| {
+            events.push(e);
+            Ok(())
+        },
+        10,
+    );
+    let report = report.expect("checked");
+    let positions: Vec<Position> = errors
+        .iter()
+        .map(|e| match e {
+            Error::Record { position, .. } => position.clone(),
+            other => panic!("{other}"),
+        })
+        .collect();
+    assert_eq!(positions, [Position::Line(3), Position::Line(4)]);
+    assert_eq!((report.orphan_results, report.calls_without_result), (0, 0));
+    let types: Vec<&str> = events.iter().map(|e| e.event_type().as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "SessionStarted",
+            "ModelResponseReceived",
+            "ToolCallFinished"
+        ]
+    );
+}
+
+/// A response's id depends on every item of its model call.
+#[test]
+fn a_changed_item_of_a_call_changes_its_response_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(current()).expect("fixture");
+    let changed = text.replace("cat calc.py", "cat -n calc.py");
+    assert_ne!(changed, text);
+    let path = dir.path().join("rollout-changed.jsonl");
+    std::fs::write(&path, changed).expect("write");
+    let (before, _) = run(&current());
+    let (after, _) = run(&path);
+    let first_response = |events: &[Event]| {
+        events
+            .iter()
+            .find(|e| matches!(e.payload, Payload::ModelResponseReceived(_)))
+            .map(|e| e.event_id.clone())
+            .expect("response")
+    };
+    assert_ne!(first_response(&before), first_response(&after));
+    assert_eq!(
+        before[1].event_id, after[1].event_id,
+        "the developer prompt's"
+    );
+}
