@@ -165,16 +165,24 @@ async fn eval_files(
     let mut evaluator = Evaluator::new(options.clone(), None).await?;
     let started = std::time::Instant::now();
     for (i, path) in args.files.iter().enumerate() {
+        // A measurement goes on past a file it cannot read, and says so at the end.
         let source = Source::new(path);
-        let format = match forced {
-            Some(f) => f,
-            None => strata_import::detect(&source)?,
+        let format = match forced.map_or_else(|| strata_import::detect(&source), Ok) {
+            Ok(f) => f,
+            Err(e) => {
+                evaluator.unreadable(e.to_string());
+                continue;
+            }
         };
         let mut events: Vec<Event> = Vec::new();
-        strata_import::convert(&source, format, &import, &mut |e| {
+        let converted = strata_import::convert(&source, format, &import, &mut |e| {
             events.push(e);
             Ok(())
-        })?;
+        });
+        if let Err(e) = converted {
+            evaluator.unreadable(e.to_string());
+            continue;
+        }
         for session in by_session(events) {
             if !selected(&options.selection, &session) {
                 continue;
@@ -272,6 +280,7 @@ fn summary_json(report: &EvalReport) -> serde_json::Value {
         "events": report.events,
         "skipped_points": report.skipped_points,
         "elapsed_secs": report.elapsed_secs,
+        "unreadable": report.unreadable,
         "totals": totals_json(&report.totals),
         "groups": report.groups.iter()
             .map(|(g, t)| (g.clone(), totals_json(t)))
@@ -365,5 +374,14 @@ fn table(report: &EvalReport, last_n: usize, sessions: bool) -> String {
         report.totals.complete_points,
         report.totals.points,
     ));
+    if !report.unreadable.is_empty() {
+        out.push_str(&format!(
+            "{} source(s) could not be read and are left out:\n",
+            report.unreadable.len()
+        ));
+        for why in &report.unreadable {
+            out.push_str(&format!("  {why}\n"));
+        }
+    }
     out
 }

@@ -111,7 +111,7 @@ fn check_all(inputs: &[Input], options: &ImportOptions) -> anyhow::Result<Vec<Re
         let name = &input.source.name;
         let mut check = |e: Event| {
             n += 1;
-            if progress && n % 10_000 == 0 {
+            if progress && n.is_multiple_of(10_000) {
                 eprint!("\rchecking {name}: {n} event(s)");
                 let _ = std::io::stderr().flush();
             }

@@ -196,3 +196,87 @@ fn eval_refuses_an_unknown_policy_and_format() {
     let stderr = err(&data, &["eval", file, "--format", "nope"]);
     assert!(stderr.contains("unknown format \"nope\""), "{stderr}");
 }
+
+#[test]
+fn eval_goes_on_past_a_file_it_cannot_read_and_names_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\"messages\": [").expect("write");
+    let good = scenario("retry_critical_error_kept");
+    let out = ok(
+        &data,
+        &[
+            "eval",
+            good.to_str().expect("utf-8"),
+            broken.to_str().expect("utf-8"),
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["sessions"], 1, "{v}");
+    let unreadable = v["unreadable"].as_array().expect("unreadable");
+    assert_eq!(unreadable.len(), 1, "{v}");
+    assert!(
+        unreadable[0].as_str().expect("why").contains("broken.json"),
+        "{v}"
+    );
+}
+
+fn fixture(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../strata-import/tests/fixtures")
+        .join(path)
+        .to_str()
+        .expect("utf-8")
+        .to_owned()
+}
+
+#[test]
+fn import_detects_each_format_and_a_second_import_has_no_effect() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let files = [
+        fixture("claude-code/11111111-2222-4333-8444-555555555555.jsonl"),
+        fixture("codex/rollout-2025-10-01T10-00-00-0199a000-0000-7000-8000-000000000001.jsonl"),
+        fixture("openai-chat/document.json"),
+        fixture("openai-responses/items.jsonl"),
+        fixture("swe-agent/legacy.traj"),
+        fixture("mini-swe-agent/v2.traj.json"),
+    ];
+    let mut args = vec!["import", "--json", "--base-time", "2026-01-01T00:00:00Z"];
+    args.extend(files.iter().map(String::as_str));
+    let first: serde_json::Value = serde_json::from_str(&ok(&data, &args)).expect("json");
+    let formats: Vec<&str> = first["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["format"].as_str().expect("format"))
+        .collect();
+    assert_eq!(
+        formats,
+        [
+            "claude-code",
+            "codex",
+            "openai-chat",
+            "openai-responses",
+            "swe-agent",
+            "mini-swe-agent"
+        ]
+    );
+    let accepted = first["accepted"].as_u64().expect("accepted");
+    assert!(accepted > 30, "{first}");
+    assert_eq!(first["duplicates"], 0);
+
+    let again: serde_json::Value = serde_json::from_str(&ok(&data, &args)).expect("json");
+    assert_eq!(again["accepted"], 0, "{again}");
+    assert_eq!(again["duplicates"].as_u64(), Some(accepted));
+
+    // An imported mini-swe-agent session is a session like any other.
+    let session = first["files"][5]["report"]["sessions"][0]
+        .as_str()
+        .expect("session")
+        .to_owned();
+    let context = ok(&data, &["context", &session, "--json"]);
+    assert!(context.contains("\"assembly\""), "{context}");
+}

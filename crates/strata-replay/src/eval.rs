@@ -112,6 +112,9 @@ pub struct EvalReport {
     pub skipped_points: u64,
     pub events: u64,
     pub elapsed_secs: f64,
+    /// Sources that could not be read, with why (left out of the figures).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
     #[serde(skip)]
     pub points: Vec<PointResult>,
 }
@@ -341,6 +344,11 @@ impl<'a> Evaluator<'a> {
             request.budget = self.options.budget;
         }
         (request, policy)
+    }
+
+    /// Notes a source that could not be read (it is left out of the figures).
+    pub fn unreadable(&mut self, why: String) {
+        self.report.unreadable.push(why);
     }
 
     /// The report so far, with the elapsed time.
