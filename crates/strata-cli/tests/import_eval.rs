@@ -280,3 +280,30 @@ fn import_detects_each_format_and_a_second_import_has_no_effect() {
     let context = ok(&data, &["context", &session, "--json"]);
     assert!(context.contains("\"assembly\""), "{context}");
 }
+
+#[test]
+fn two_recordings_of_one_session_id_are_evaluated_apart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let file = scenario("retry_critical_error_kept");
+    let file = file.to_str().expect("utf-8");
+    let once = totals(&ok(&data, &["eval", file, "--json"]));
+    let twice: serde_json::Value =
+        serde_json::from_str(&ok(&data, &["eval", file, file, "--json"])).expect("json");
+    assert_eq!(twice["sessions"], 2, "{twice}");
+    let t = &twice["totals"];
+    for side in ["transcript", "floor"] {
+        assert_eq!(
+            t[side]["tokens"].as_u64().expect("tokens"),
+            2 * once[side]["tokens"].as_u64().expect("tokens"),
+            "{side}: {twice}"
+        );
+    }
+    // The renamed copy's ids (`~2`) are a few tokens longer where the context names them.
+    let (two, one) = (
+        t["strata"]["tokens"].as_u64().expect("tokens"),
+        once["strata"]["tokens"].as_u64().expect("tokens"),
+    );
+    assert!((2 * one..2 * one + 2 * one / 100).contains(&two), "{twice}");
+    assert_eq!(t["strata"]["recall"], once["strata"]["recall"]);
+}

@@ -131,6 +131,9 @@ pub struct Evaluator<'a> {
     offset: u64,
     report: EvalReport,
     started: std::time::Instant,
+    /// How many times each (tenant, session) was evaluated: a second recording of the same
+    /// session id (two files) is evaluated on its own, renamed.
+    evaluated: HashMap<(String, String), u32>,
 }
 
 impl std::fmt::Debug for Evaluator<'_> {
@@ -175,15 +178,22 @@ impl<'a> Evaluator<'a> {
                 ..EvalReport::default()
             },
             started: std::time::Instant::now(),
+            evaluated: HashMap::new(),
         })
     }
 
     /// Evaluates one session's events (in order), its totals grouped under `group`.
-    pub async fn session(&mut self, group: &str, events: Vec<Event>) -> Result<()> {
+    pub async fn session(&mut self, group: &str, mut events: Vec<Event>) -> Result<()> {
         let Some(first) = events.first() else {
             return Ok(());
         };
-        let (tenant, session) = (first.tenant_id.clone(), first.session_id.clone());
+        let key = (first.tenant_id.clone(), first.session_id.clone());
+        let n = self.evaluated.entry(key.clone()).or_default();
+        *n += 1;
+        if *n > 1 {
+            rename(&mut events, *n);
+        }
+        let (tenant, session) = (key.0, events[0].session_id.clone());
         let mut run = SessionRun::default();
         for event in events {
             if matches!(
@@ -355,6 +365,22 @@ impl<'a> Evaluator<'a> {
     pub fn finish(mut self) -> EvalReport {
         self.report.elapsed_secs = self.started.elapsed().as_secs_f64();
         self.report
+    }
+}
+
+/// Renames the `n`-th recording of a session id, and its events' ids (which the fold would
+/// otherwise take for the first recording's), so that it is evaluated on its own.
+fn rename(events: &mut [Event], n: u32) {
+    let id = |id: &str| format!("{id}~{n}");
+    for e in events {
+        e.session_id = id(&e.session_id);
+        e.event_id = id(&e.event_id);
+        if let Some(parent) = &e.parent_event_id {
+            e.parent_event_id = Some(id(parent));
+        }
+        if let Payload::BranchForked(p) = &mut e.payload {
+            p.from_event_id = id(&p.from_event_id);
+        }
     }
 }
 
