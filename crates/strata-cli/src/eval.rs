@@ -360,7 +360,8 @@ fn table(report: &EvalReport, last_n: usize, sessions: bool) -> String {
         out.push('\n');
     }
     for (group, t) in &report.groups {
-        out.push_str(&row(&format!("[{group}]"), t));
+        let sessions = report.sessions.iter().filter(|s| s.group == *group).count();
+        out.push_str(&row(&format!("[{group}] {sessions} sessions"), t));
     }
     out.push_str(&row("all", &report.totals));
     out.push_str(&format!(
