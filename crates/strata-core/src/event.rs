@@ -361,7 +361,8 @@ pub fn is_tenant_id(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-pub(crate) fn kind_of(v: &Value) -> &'static str {
+/// How a JSON value is named in an error message (`a string`, `an object`...).
+pub fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -1100,14 +1100,7 @@ fn is_true(o: &Map<String, Value>, key: &str) -> bool {
 }
 
 fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
+    strata_core::event::kind_of(v)
 }
 
 fn message_of<'a>(obj: &'a Map<String, Value>, ty: &str) -> Result<&'a Map<String, Value>, String> {

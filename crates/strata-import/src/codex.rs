@@ -920,14 +920,7 @@ fn str_of<'a>(o: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
 }
 
 fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
+    strata_core::event::kind_of(v)
 }
 
 /// A line's time; a time that is there but unreadable is an error.

@@ -1016,14 +1016,7 @@ fn object(v: &Value) -> Result<&Map<String, Value>, String> {
     v.as_object().ok_or_else(|| {
         format!(
             "expected a JSON object, found {}",
-            match v {
-                Value::Null => "null",
-                Value::Bool(_) => "a boolean",
-                Value::Number(_) => "a number",
-                Value::String(_) => "a string",
-                Value::Array(_) => "an array",
-                Value::Object(_) => "an object",
-            }
+            strata_core::event::kind_of(v)
         )
     })
 }

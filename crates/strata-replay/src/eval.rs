@@ -305,7 +305,8 @@ impl<'a> Evaluator<'a> {
             self.report.skipped_points += 1;
             return Ok(());
         };
-        let (request, recorded_policy) = self.request(run.recorded.get(&event.branch_id));
+        let (request, recorded_policy) =
+            recorded_request(run.recorded.get(&event.branch_id), self.options.budget);
         let policy = self.options.policy.unwrap_or(recorded_policy);
         let assembled = assemble_with_policy(&snapshot, &request, &policy, &O200k);
         let score = score_response(
@@ -334,28 +335,6 @@ impl<'a> Evaluator<'a> {
         Ok(())
     }
 
-    /// The request and policy of a point: the recorded assembly's, else the defaults, with the
-    /// options' overrides.
-    fn request(&self, recorded: Option<&ContextAssembly>) -> (AssemblyRequest, AssemblyPolicy) {
-        let mut request = AssemblyRequest {
-            provider: Provider::Openai,
-            ..AssemblyRequest::default()
-        };
-        let mut policy = AssemblyPolicy::default();
-        if let Some(rec) = recorded {
-            request.provider = rec.provider;
-            request.budget = Some(rec.budget_tokens);
-            request.confidential_allowed = rec.confidential_allowed;
-            if let Some(p) = AssemblyPolicy::by_version(&rec.policy_version) {
-                policy = p;
-            }
-        }
-        if self.options.budget.is_some() {
-            request.budget = self.options.budget;
-        }
-        (request, policy)
-    }
-
     /// Notes a source that could not be read (it is left out of the figures).
     pub fn unreadable(&mut self, why: String) {
         self.report.unreadable.push(why);
@@ -366,6 +345,31 @@ impl<'a> Evaluator<'a> {
         self.report.elapsed_secs = self.started.elapsed().as_secs_f64();
         self.report
     }
+}
+
+/// The request and policy of a call point: the recorded assembly's, else the defaults (an
+/// OpenAI-style request under the current policy), with `budget` overriding.
+pub(crate) fn recorded_request(
+    recorded: Option<&ContextAssembly>,
+    budget: Option<u64>,
+) -> (AssemblyRequest, AssemblyPolicy) {
+    let mut request = AssemblyRequest {
+        provider: Provider::Openai,
+        ..AssemblyRequest::default()
+    };
+    let mut policy = AssemblyPolicy::default();
+    if let Some(rec) = recorded {
+        request.provider = rec.provider;
+        request.budget = Some(rec.budget_tokens);
+        request.confidential_allowed = rec.confidential_allowed;
+        if let Some(p) = AssemblyPolicy::by_version(&rec.policy_version) {
+            policy = p;
+        }
+    }
+    if budget.is_some() {
+        request.budget = budget;
+    }
+    (request, policy)
 }
 
 /// Renames the `n`-th recording of a session id, and its events' ids (which the fold would

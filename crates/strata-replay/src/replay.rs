@@ -17,9 +17,7 @@ use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use strata_core::assembly::{
-    assemble_with_policy, AssemblyPolicy, AssemblyRequest, ContextAssembly, Provider,
-};
+use strata_core::assembly::{assemble_with_policy, AssemblyPolicy, ContextAssembly};
 use strata_core::projection::LogPosition;
 use strata_core::tokens::O200k;
 use strata_core::{Event, Payload};
@@ -28,7 +26,7 @@ use strata_log::EventLog;
 use strata_store::sqlite::SqliteStore;
 use strata_store::ProjectionStore;
 
-use crate::eval::{raw_output, score_response, Histories};
+use crate::eval::{raw_output, recorded_request, score_response, Histories};
 use crate::fold::Folder;
 use crate::source::{offsets_of, LogReader, Progress, Ticker};
 use crate::{io_err, Error, Result};
@@ -398,25 +396,14 @@ async fn call_point(
         return Ok(None);
     };
     // The recorded request, when the call point records it.
-    let mut request = AssemblyRequest::default();
-    let mut recorded_policy = AssemblyPolicy::default();
-    let mut logged = None;
-    if let Payload::ContextBuilt(cb) = &event.payload {
-        logged = Some(cb.context_tokens);
-        if let Ok(rec) = serde_json::from_value::<ContextAssembly>(cb.assembly.clone()) {
-            request.provider = rec.provider;
-            request.budget = Some(rec.budget_tokens);
-            request.confidential_allowed = rec.confidential_allowed;
-            if let Some(p) = AssemblyPolicy::by_version(&rec.policy_version) {
-                recorded_policy = p;
-            }
-        }
-    } else {
-        request.provider = Provider::Openai;
-    }
-    if options.budget.is_some() {
-        request.budget = options.budget;
-    }
+    let (logged, recorded) = match &event.payload {
+        Payload::ContextBuilt(cb) => (
+            Some(cb.context_tokens),
+            serde_json::from_value::<ContextAssembly>(cb.assembly.clone()).ok(),
+        ),
+        _ => (None, None),
+    };
+    let (request, recorded_policy) = recorded_request(recorded.as_ref(), options.budget);
     let base_bundle = assemble_with_policy(&snapshot, &request, &recorded_policy, &O200k);
     let cand_bundle = options
         .policy
