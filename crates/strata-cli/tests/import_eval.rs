@@ -307,3 +307,68 @@ fn two_recordings_of_one_session_id_are_evaluated_apart() {
     assert!((2 * one..2 * one + 2 * one / 100).contains(&two), "{twice}");
     assert_eq!(t["strata"]["recall"], once["strata"]["recall"]);
 }
+
+#[test]
+fn eval_reads_back_the_artifacts_a_rehydration_admits_as_the_assembler_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    // A 20 KiB output (offloaded as an artifact), a request for its exact bytes, and a response
+    // that quotes a row from its middle (beyond the preview).
+    let rows: String = (0..400)
+        .map(|i| format!("row_{i:04},region_{},{}\n", i % 7, i * 13))
+        .collect();
+    let lines = [
+        serde_json::json!({"event_id": "r1", "tenant_id": "acme", "session_id": "rh",
+            "timestamp": "2026-06-03T10:00:00Z", "type": "SessionStarted",
+            "payload": {"model": {"provider": "openai", "model": "gpt-4o"},
+                "context_window_tokens": 128000, "reserved_output_tokens": 4000}}),
+        serde_json::json!({"event_id": "r2", "tenant_id": "acme", "session_id": "rh",
+            "timestamp": "2026-06-03T10:00:01Z", "type": "UserPromptSubmitted",
+            "payload": {"message_id": "u1", "text": "Export the sales table."}}),
+        serde_json::json!({"event_id": "r3", "tenant_id": "acme", "session_id": "rh",
+            "timestamp": "2026-06-03T10:00:02Z", "type": "ModelResponseReceived",
+            "payload": {"message_id": "a1", "text": "Exporting.", "tool_calls": [
+                {"tool_call_id": "c1", "name": "export_csv", "args": {"table": "sales"}}]}}),
+        serde_json::json!({"event_id": "r4", "tenant_id": "acme", "session_id": "rh",
+            "timestamp": "2026-06-03T10:00:03Z", "type": "ToolCallFinished",
+            "payload": {"tool_call_id": "c1", "output": rows}}),
+        serde_json::json!({"event_id": "r5", "tenant_id": "acme", "session_id": "rh",
+            "timestamp": "2026-06-03T10:00:04Z", "type": "UserPromptSubmitted",
+            "payload": {"message_id": "u2", "text": "Use the exact CSV from the export."}}),
+        serde_json::json!({"event_id": "r6", "tenant_id": "acme", "session_id": "rh",
+            "timestamp": "2026-06-03T10:00:05Z", "type": "ModelResponseReceived",
+            "payload": {"message_id": "a2", "text": "Row `row_0200` has 2600."}}),
+    ];
+    let file = dir.path().join("rh.jsonl");
+    std::fs::write(
+        &file,
+        lines
+            .iter()
+            .map(|l| l.to_string() + "\n")
+            .collect::<String>(),
+    )
+    .expect("write");
+    let report = dir.path().join("points.jsonl");
+    ok(
+        &data,
+        &[
+            "eval",
+            file.to_str().expect("utf-8"),
+            "--json",
+            "--report",
+            report.to_str().expect("utf-8"),
+        ],
+    );
+    let points = std::fs::read_to_string(&report).expect("report");
+    let last: serde_json::Value =
+        serde_json::from_str(points.lines().last().expect("a point")).expect("json");
+    assert!(
+        last["segments"]["rehydrated_artifact"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{last}"
+    );
+    assert!(last["evidence"].as_u64().expect("evidence") >= 1, "{last}");
+    assert_eq!(last["missing"], serde_json::json!([]), "{last}");
+}

@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 use strata_blob::BlobStore;
 use strata_core::assembly::{
-    assemble_with_policy, preview, Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage,
-    ContextAssembly, Provider,
+    assemble_with_policy, preview, rehydration_plan, Assembled, AssemblyPolicy, AssemblyRequest,
+    BundleMessage, ContextAssembly, Provider,
 };
 use strata_core::compaction::planner::{compaction_event, CompactorOptions, Planner};
 use strata_core::memory::MemoryEngine;
@@ -151,6 +151,9 @@ struct SessionRun {
     /// The request recorded by the latest `ContextBuilt` of each branch, until its response.
     recorded: HashMap<String, ContextAssembly>,
     seen: std::collections::HashSet<String>,
+    /// Raw bytes of the session's artifacts by ref: what the assembler reads back from blob
+    /// storage when a rehydration is admitted.
+    artifacts: HashMap<String, String>,
     seq: u64,
     totals: Totals,
     events: u64,
@@ -232,6 +235,11 @@ impl<'a> Evaluator<'a> {
         run.seq += 1;
         event.seq = Some(run.seq);
         let raw = raw_output(&mut event, self.blobs, self.options.artifact_threshold).await;
+        if let (Payload::ToolCallFinished(p), Some(raw)) = (&event.payload, &raw) {
+            if let Some(uri) = &p.output_ref {
+                run.artifacts.insert(uri.clone(), raw.clone());
+            }
+        }
         match &event.payload {
             Payload::ModelResponseReceived(_) => {
                 self.point(run, &event, source_seq.unwrap_or(run.seq))
@@ -305,8 +313,19 @@ impl<'a> Evaluator<'a> {
             self.report.skipped_points += 1;
             return Ok(());
         };
-        let (request, recorded_policy) =
+        let (mut request, recorded_policy) =
             recorded_request(run.recorded.get(&event.branch_id), self.options.budget);
+        // What the assembler reads from blob storage for the rehydrations its plan admits.
+        for d in rehydration_plan(&snapshot, &request)
+            .into_iter()
+            .filter(|d| d.rehydrated)
+        {
+            if let Some(raw) = d.artifact_ref.as_ref().and_then(|r| run.artifacts.get(r)) {
+                request
+                    .rehydrated
+                    .insert(d.artifact_ref.clone().unwrap_or_default(), raw.clone());
+            }
+        }
         let policy = self.options.policy.unwrap_or(recorded_policy);
         let assembled = assemble_with_policy(&snapshot, &request, &policy, &O200k);
         let score = score_response(
