@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::json;
 use strata_core::assembly::{
-    assemble_with_policy, explain, explain_matches, rehydration_plan, AssemblyPolicy,
+    assemble_with_policy, explain, explain_matches, rehydration_plan_with_policy, AssemblyPolicy,
     AssemblyRequest, ContextAssembly, Provider, RehydrationDecision,
 };
 use strata_core::payload::{ContextBuilt, Payload};
@@ -317,7 +317,10 @@ impl Assembler {
             ..AssemblyRequest::default()
         };
         assembly_request.rehydrated = self
-            .read_rehydrated(tenant, &rehydration_plan(&snapshot, &assembly_request))
+            .read_rehydrated(
+                tenant,
+                &rehydration_plan_with_policy(&snapshot, &assembly_request, &policy),
+            )
             .await;
         let mut assembled = strata_providers::render(assemble_with_policy(
             &snapshot,

@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 use strata_blob::BlobStore;
 use strata_core::assembly::{
-    assemble_with_policy, preview, rehydration_plan, Assembled, AssemblyPolicy, AssemblyRequest,
-    BundleMessage, ContextAssembly, Provider,
+    assemble_with_policy, preview, rehydration_plan_with_policy, Assembled, AssemblyPolicy,
+    AssemblyRequest, BundleMessage, ContextAssembly, Provider,
 };
 use strata_core::compaction::planner::{compaction_event, CompactorOptions, Planner};
 use strata_core::memory::MemoryEngine;
@@ -316,7 +316,8 @@ impl<'a> Evaluator<'a> {
         let (mut request, recorded_policy) =
             recorded_request(run.recorded.get(&event.branch_id), self.options.budget);
         // What the assembler reads from blob storage for the rehydrations its plan admits.
-        for d in rehydration_plan(&snapshot, &request)
+        let policy = self.options.policy.unwrap_or(recorded_policy);
+        for d in rehydration_plan_with_policy(&snapshot, &request, &policy)
             .into_iter()
             .filter(|d| d.rehydrated)
         {
@@ -326,7 +327,6 @@ impl<'a> Evaluator<'a> {
                     .insert(d.artifact_ref.clone().unwrap_or_default(), raw.clone());
             }
         }
-        let policy = self.options.policy.unwrap_or(recorded_policy);
         let assembled = assemble_with_policy(&snapshot, &request, &policy, &O200k);
         let score = score_response(
             run.histories.branch(&event.branch_id),

@@ -21,12 +21,27 @@ use crate::payload::{PrivacyClass, ToolSpec};
 use crate::projection::{truncate_chars, AgentState, ToolStatus};
 use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS};
 
+mod aging;
+
 /// Version of the assembly policy; recorded in every assembly, part of its identity.
 pub const POLICY_VERSION: &str = "strata.assembly/3";
 /// A second policy, selectable for replays ("what if"): the same rules with tighter budget tiers. It spends at most
 /// three quarters of the budget, keeps two completed turns verbatim instead of the request's
 /// count, and sends no P3 digests of older turns.
 pub const POLICY_VERSION_TIGHT: &str = "strata.assembly/3-tight";
+/// The long-turn policy: the rules of [`POLICY_VERSION`], and steps age across turns, the
+/// current one too. The working set — at least the newest [`AGED_STEPS_AFTER`] steps, more while
+/// they fit [`VERBATIM_STEP_TOKENS`], and any with a pending call — goes verbatim, its offloaded
+/// outputs rehydrated in place; older steps go with their calls as made (long strings by their
+/// evidence lines), their text by what it names, and their results by their evidence lines with
+/// the handle to rehydrate the rest; a result a later call supersedes goes once, newest.
+pub const POLICY_VERSION_STEPS: &str = "strata.assembly/4";
+/// Steps of the current turn kept verbatim under [`POLICY_VERSION_STEPS`] (SWE-agent's
+/// default for its last-N-observations processor is 5 too).
+pub const AGED_STEPS_AFTER: usize = 5;
+/// Under [`POLICY_VERSION_STEPS`], more of the newest steps go verbatim while they fit this many
+/// tokens.
+pub const VERBATIM_STEP_TOKENS: u64 = 8_000;
 
 /// An assembly policy, chosen by version. [`AssemblyPolicy::default`] is [`POLICY_VERSION`]
 /// and assembles exactly what [`assemble`] does.
@@ -40,6 +55,11 @@ pub struct AssemblyPolicy {
     pub max_verbatim_turns: Option<usize>,
     /// Whether older turns are sent as P3 digests.
     pub digests: bool,
+    /// Steps of the current turn older than the newest this many are sent aged (`None`: every
+    /// step verbatim while the budget allows).
+    pub aged_steps_after: Option<usize>,
+    /// Under aging, more of the newest steps go verbatim while their tokens fit this many.
+    pub verbatim_step_tokens: u64,
 }
 
 impl Default for AssemblyPolicy {
@@ -49,13 +69,15 @@ impl Default for AssemblyPolicy {
             budget_percent: 100,
             max_verbatim_turns: None,
             digests: true,
+            aged_steps_after: None,
+            verbatim_step_tokens: 0,
         }
     }
 }
 
 impl AssemblyPolicy {
     /// Every known policy, default first.
-    pub fn all() -> [AssemblyPolicy; 2] {
+    pub fn all() -> [AssemblyPolicy; 3] {
         [
             AssemblyPolicy::default(),
             AssemblyPolicy {
@@ -63,6 +85,14 @@ impl AssemblyPolicy {
                 budget_percent: 75,
                 max_verbatim_turns: Some(2),
                 digests: false,
+                aged_steps_after: None,
+                verbatim_step_tokens: 0,
+            },
+            AssemblyPolicy {
+                version: POLICY_VERSION_STEPS,
+                aged_steps_after: Some(AGED_STEPS_AFTER),
+                verbatim_step_tokens: VERBATIM_STEP_TOKENS,
+                ..AssemblyPolicy::default()
             },
         ]
     }
@@ -507,12 +537,37 @@ pub fn rehydration_plan(
     snapshot: &Snapshot,
     request: &AssemblyRequest,
 ) -> Vec<RehydrationDecision> {
+    rehydration_plan_with_policy(snapshot, request, &AssemblyPolicy::default())
+}
+
+/// Why an output of the working set is rehydrated without being asked for (the long-turn
+/// policy sends its newest steps whole, in place).
+const WORKING_SET_REASON: &str = "in the working set (the newest steps go whole, in place)";
+
+/// [`rehydration_plan`] under `policy`: the long-turn policy also admits the offloaded outputs
+/// of its working set, newest first, within the same checks and byte budget (after what was
+/// asked for; those it cannot admit are not listed, nobody asked for them).
+pub fn rehydration_plan_with_policy(
+    snapshot: &Snapshot,
+    request: &AssemblyRequest,
+    policy: &AssemblyPolicy,
+) -> Vec<RehydrationDecision> {
     let pairs: Vec<(&TimelineMessage, &ToolPair)> = snapshot
         .messages
         .iter()
         .flat_map(|m| m.tool_calls.iter().map(move |c| (m, c)))
         .collect();
     let mut targets: Vec<String> = request.rehydrate.clone();
+    // A call made after the request cannot be what the request names.
+    let request_seq = match request.request {
+        Some(_) => u64::MAX,
+        None => snapshot
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map_or(u64::MAX, |m| m.seq),
+    };
     if let Some(text) = request_text(snapshot, request) {
         let words = request_words(&text);
         if words.iter().any(|w| EXACT_WORDS.contains(&w.as_str())) {
@@ -527,7 +582,9 @@ pub fn rehydration_plan(
             let best = pairs
                 .iter()
                 .rev()
-                .filter(|(_, c)| c.output.is_some() || c.output_ref.is_some())
+                .filter(|(m, c)| {
+                    (c.output.is_some() || c.output_ref.is_some()) && m.seq < request_seq
+                })
                 .map(|(_, c)| {
                     let name = c.name.to_lowercase();
                     let segments: Vec<&str> = name.split(['.', '_', '-', '/']).collect();
@@ -554,9 +611,32 @@ pub fn rehydration_plan(
             }
         }
     }
+    let asked = targets.len();
+    if let Some(keep) = policy.aged_steps_after {
+        let working_set = snapshot
+            .messages
+            .iter()
+            .rev()
+            .filter(|m| m.role != "user")
+            .take(keep)
+            .flat_map(|m| m.tool_calls.iter())
+            .filter(|c| {
+                c.output_ref.is_some()
+                    && c.privacy_class
+                        .is_none_or(|p| p == PrivacyClass::Public || p == PrivacyClass::Internal)
+            })
+            .map(|c| c.tool_call_id.clone())
+            .collect::<Vec<_>>();
+        for id in working_set {
+            if !targets.contains(&id) {
+                targets.push(id);
+            }
+        }
+    }
     let mut spent: u64 = 0;
     let mut decisions = Vec::new();
-    for target in targets {
+    for (i, target) in targets.into_iter().enumerate() {
+        let unasked = i >= asked;
         let found = pairs.iter().find(|(_, c)| {
             c.tool_call_id == target || c.output_ref.as_deref() == Some(target.as_str())
         });
@@ -628,13 +708,21 @@ pub fn rehydration_plan(
             artifact_ref: c.output_ref.clone(),
             bytes: Some(bytes),
             rehydrated: true,
-            reason: if c.output_ref.is_some() {
+            reason: if unasked {
+                WORKING_SET_REASON.into()
+            } else if c.output_ref.is_some() {
                 "asked for byte for byte; privacy, provider and byte budget allow".into()
             } else {
                 "asked for byte for byte; the output is stored inline".into()
             },
         });
     }
+    // One decision per target, in order: of the unasked ones, only the admitted are listed.
+    let mut i = 0;
+    decisions.retain(|d| {
+        i += 1;
+        i <= asked || d.rehydrated
+    });
     decisions
 }
 
@@ -839,6 +927,10 @@ pub fn assemble_with_policy(
     // Visibility first: another participant's working state is never a candidate.
     let (visible, mut omitted_items) = visible_messages(snapshot, tokens);
     let notes = call_notes(snapshot, gate);
+    let mut rehydrations = rehydration_plan_with_policy(snapshot, request, policy);
+    let aging = policy
+        .aged_steps_after
+        .map(|_| Aging::new(&visible, request, &mut rehydrations));
     // Results shown only as "superseded" or "stale, revalidate": their raw output is left out.
     for c in visible.iter().flat_map(|m| m.tool_calls.iter()) {
         let Some(note) = notes.get(c.tool_call_id.as_str()) else {
@@ -960,6 +1052,20 @@ pub fn assemble_with_policy(
         turns.last_mut().expect("pushed").push(m);
     }
     let current_turn = turns.pop().unwrap_or_default();
+    // How many steps (assistant messages) came after each one, across turns.
+    let step_ages: BTreeMap<u64, usize> = turns
+        .iter()
+        .flatten()
+        .chain(current_turn.iter())
+        .rev()
+        .filter(|m| m.role != "user")
+        .enumerate()
+        .map(|(age, m)| (m.seq, age))
+        .collect();
+    let keep = policy.aged_steps_after.map(|min| {
+        let newest_first = turns.iter().flatten().chain(current_turn.iter()).rev();
+        aging::verbatim_steps(newest_first, min, policy.verbatim_step_tokens)
+    });
 
     // P0: the current request and the turn in progress, step by step (a step is one message
     // with its tool pairs, so a call never leaves its result behind).
@@ -968,7 +1074,14 @@ pub fn assemble_with_policy(
     for (i, m) in current_turn.iter().enumerate() {
         let is_request = i == 0 && m.role == "user";
         let has_open = m.tool_calls.iter().any(|c| c.status.is_open());
-        let (messages, sources, t) = render_message(m, Rendering::Current, &notes, gate, tokens);
+        let age = step_ages.get(&m.seq).copied().unwrap_or(0);
+        let aged = !has_open && keep.is_some_and(|n| age >= n);
+        let mode = if aged {
+            Rendering::Aged
+        } else {
+            Rendering::Current
+        };
+        let (messages, sources, t) = render_message(m, mode, &notes, gate, aging.as_ref(), tokens);
         for c in m.tool_calls.iter().filter(|c| c.status.is_open()) {
             pending_sources.push(c.request_event_id.clone());
         }
@@ -979,19 +1092,31 @@ pub fn assemble_with_policy(
                 Tier::P0,
                 "carries a pending tool call of the current turn".to_owned(),
             )
+        } else if aged {
+            (
+                Tier::P1,
+                format!(
+                    "step {} steps back in the current turn: its calls as made, its results by \
+                     their evidence lines (the newest {} steps verbatim)",
+                    age,
+                    keep.unwrap_or_default()
+                ),
+            )
         } else {
             (Tier::P1, "step of the current turn".to_owned())
         };
         current_steps.push(Unit {
             kind: if m.role == "user" {
                 "user_message"
+            } else if aged {
+                "aged_step"
             } else {
                 "assistant_step"
             },
             tier,
             reason,
             sources,
-            rendering: "verbatim",
+            rendering: if aged { "aged" } else { "verbatim" },
             messages,
             tokens: t,
             protected: false,
@@ -1110,8 +1235,16 @@ pub fn assemble_with_policy(
     // Completed turns, newest first: the last `verbatim_turns` verbatim (P1). Older ones are
     // digested (P3) lazily below: only as many as the budget can take are rendered.
     let completed: Vec<&Vec<&TimelineMessage>> = turns.iter().rev().collect();
-    let verbatim_count = request.verbatim_turns.min(completed.len());
+    // The long-turn policy ages steps across turns instead: every completed turn is a
+    // candidate, its older steps aged (see `render_aged_turn`), none digested to a line.
+    let verbatim_count = match keep {
+        Some(_) => completed.len(),
+        None => request.verbatim_turns.min(completed.len()),
+    };
     let render_turn = |age: usize, turn: &[&TimelineMessage]| -> Unit {
+        if let Some(keep) = keep {
+            return render_aged_turn(turn, &step_ages, keep, &notes, gate, aging.as_ref(), tokens);
+        }
         let verbatim = age < request.verbatim_turns;
         let mode = match age {
             0 if verbatim => Rendering::Recent,
@@ -1122,7 +1255,7 @@ pub fn assemble_with_policy(
         let mut sources = Vec::new();
         let mut t = 0;
         for m in turn {
-            let (msgs, src, mt) = render_message(m, mode, &notes, gate, tokens);
+            let (msgs, src, mt) = render_message(m, mode, &notes, gate, aging.as_ref(), tokens);
             messages.extend(msgs);
             sources.extend(src);
             t += mt;
@@ -1168,8 +1301,10 @@ pub fn assemble_with_policy(
 
     // Raw rehydration: only what the plan admitted (selection, privacy, provider, byte budget)
     // and the service could read; still subject to the token budget below.
-    let mut rehydrations = rehydration_plan(snapshot, request);
-    for d in rehydrations.iter_mut().filter(|d| d.rehydrated) {
+    for d in rehydrations
+        .iter_mut()
+        .filter(|d| d.rehydrated && d.reason != WORKING_SET_REASON)
+    {
         let pair = visible
             .iter()
             .flat_map(|m| m.tool_calls.iter())
@@ -1304,9 +1439,11 @@ pub fn assemble_with_policy(
             .flat_map(|m| m.tool_calls.iter())
             .find(|c| Some(&c.tool_call_id) == d.tool_call_id.as_ref())
             .and_then(|c| c.result_event_id.clone());
-        let kept = selected
-            .iter()
-            .any(|u| u.kind == "rehydrated_artifact" && u.sources.first() == result_id.as_ref());
+        let in_place = d.reason == WORKING_SET_REASON;
+        let kept = selected.iter().any(|u| match result_id.as_ref() {
+            Some(id) if in_place => u.sources.contains(id),
+            id => u.kind == "rehydrated_artifact" && u.sources.first() == id,
+        });
         if !kept {
             d.rehydrated = false;
             d.reason = "admitted, but it does not fit the token budget".into();
@@ -1412,6 +1549,99 @@ pub fn assemble_with_policy(
     }
 }
 
+/// The long-turn policy's view of a session while rendering it (see [`aging`]).
+struct Aging<'a> {
+    salience: aging::Salience,
+    superseded: BTreeMap<String, aging::Superseded>,
+    /// Outputs of the working set rehydrated in place: raw bytes by call id.
+    in_place: BTreeMap<String, &'a str>,
+}
+
+impl<'a> Aging<'a> {
+    /// Marks working-set rehydrations whose bytes the service could not read as refused.
+    fn new(
+        visible: &[TimelineMessage],
+        request: &'a AssemblyRequest,
+        rehydrations: &mut [RehydrationDecision],
+    ) -> Self {
+        let messages: Vec<&TimelineMessage> = visible.iter().collect();
+        let request_text = request.request.as_deref();
+        let mut in_place = BTreeMap::new();
+        for d in rehydrations
+            .iter_mut()
+            .filter(|d| d.rehydrated && d.reason == WORKING_SET_REASON)
+        {
+            let raw = d
+                .artifact_ref
+                .as_ref()
+                .and_then(|r| request.rehydrated.get(r));
+            match (raw, &d.tool_call_id) {
+                (Some(raw), Some(id)) => {
+                    in_place.insert(id.clone(), raw.as_str());
+                }
+                _ => {
+                    d.rehydrated = false;
+                    d.reason =
+                        "admitted, but the raw bytes could not be read from blob storage".into();
+                }
+            }
+        }
+        Aging {
+            salience: aging::Salience::of(&messages, request_text),
+            superseded: aging::superseded(&messages),
+            in_place,
+        }
+    }
+}
+
+/// A completed turn under the long-turn policy: its user messages and its newest `keep` steps
+/// (counted across turns) verbatim, older steps aged.
+fn render_aged_turn(
+    turn: &[&TimelineMessage],
+    step_ages: &BTreeMap<u64, usize>,
+    keep: usize,
+    notes: &CallNotes,
+    gate: Gate,
+    aging: Option<&Aging>,
+    tokens: &dyn TokenCounter,
+) -> Unit {
+    let mut messages = Vec::new();
+    let mut sources = Vec::new();
+    let mut t = 0;
+    let mut aged = 0;
+    for m in turn {
+        let old = m.role != "user" && step_ages.get(&m.seq).is_some_and(|a| *a >= keep);
+        aged += usize::from(old);
+        let mode = if old {
+            Rendering::Aged
+        } else {
+            Rendering::Current
+        };
+        let (msgs, src, mt) = render_message(m, mode, notes, gate, aging, tokens);
+        messages.extend(msgs);
+        sources.extend(src);
+        t += mt;
+    }
+    Unit {
+        kind: if aged > 0 { "aged_turn" } else { "turn" },
+        tier: if aged > 0 { Tier::P2 } else { Tier::P1 },
+        reason: if aged > 0 {
+            format!(
+                "completed turn: its messages as written, {aged} older step(s) with their \
+                 results by their evidence lines (the newest {keep} steps verbatim)"
+            )
+        } else {
+            format!("completed turn within the newest {keep} steps, verbatim")
+        },
+        sources,
+        rendering: if aged > 0 { "aged" } else { "verbatim" },
+        messages,
+        tokens: t,
+        protected: false,
+        order: (2, turn.first().map(|m| m.seq).unwrap_or(0), 0),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Rendering {
     /// The turn in progress: messages verbatim, artifact outputs as their stored preview.
@@ -1423,6 +1653,10 @@ enum Rendering {
     Older,
     /// An older turn: one line per step.
     Digest,
+    /// An older step of the turn in progress: the message and its calls verbatim (what the
+    /// model itself wrote is what it refers back to most), each result by its tool memory and
+    /// its evidence lines.
+    Aged,
 }
 
 /// Renders one message with its tool pairs. Returns the messages, the source event ids and the
@@ -1432,13 +1666,14 @@ fn render_message(
     mode: Rendering,
     notes: &CallNotes,
     gate: Gate,
+    aging: Option<&Aging>,
     tokens: &dyn TokenCounter,
 ) -> (Vec<BundleMessage>, Vec<String>, u64) {
     let mut sources = vec![m.event_id.clone()];
     let mut out = Vec::new();
     let mut t = 0;
     match mode {
-        Rendering::Current | Rendering::Recent | Rendering::Older => {
+        Rendering::Current | Rendering::Recent | Rendering::Older | Rendering::Aged => {
             if m.role == "user" || m.role == PEER_ROLE {
                 out.push(BundleMessage::User {
                     text: m.text.clone(),
@@ -1455,34 +1690,50 @@ fn render_message(
                 for c in &answered {
                     // Completed turns need what was asked, not every byte of a long argument
                     // (a spreadsheet's rows, a report's body): the event has them all.
-                    let arguments =
-                        if mode != Rendering::Current && c.args.chars().count() > MAX_ARGS_CHARS {
-                            let short = serde_json::json!({
-                                "_shortened": format!(
-                                    "{} characters of arguments; all of them in event {}",
-                                    c.args.chars().count(),
-                                    c.request_event_id
-                                ),
-                                "head": truncate_chars(&c.args, ARGS_HEAD_CHARS),
-                            })
-                            .to_string();
-                            t += tokens.count(&short);
-                            short
-                        } else {
-                            t += c.call_tokens;
-                            c.args.clone()
-                        };
+                    let arguments = if !matches!(mode, Rendering::Current | Rendering::Aged)
+                        && c.args.chars().count() > MAX_ARGS_CHARS
+                    {
+                        let short = serde_json::json!({
+                            "_shortened": format!(
+                                "{} characters of arguments; all of them in event {}",
+                                c.args.chars().count(),
+                                c.request_event_id
+                            ),
+                            "head": truncate_chars(&c.args, ARGS_HEAD_CHARS),
+                        })
+                        .to_string();
+                        t += tokens.count(&short);
+                        short
+                    } else if let Some(short) = aging
+                        .filter(|_| mode == Rendering::Aged)
+                        .and_then(|a| aging::aged_arguments(&c.args, m.seq, &a.salience))
+                    {
+                        t += tokens.count(&short);
+                        short
+                    } else {
+                        t += c.call_tokens;
+                        c.args.clone()
+                    };
                     calls.push(BundleToolCall {
                         id: c.tool_call_id.clone(),
                         name: c.name.clone(),
                         arguments,
                     });
                 }
+                // An aged step keeps what its text names (code, paths, identifiers), not its
+                // prose.
+                let text = match mode {
+                    Rendering::Aged => aging::aged_prose(&m.text, &answered),
+                    _ => None,
+                };
+                t += match &text {
+                    Some(short) => tokens.count(short),
+                    None => m.tokens,
+                };
                 out.push(BundleMessage::Assistant {
-                    text: m.text.clone(),
+                    text: text.unwrap_or_else(|| m.text.clone()),
                     tool_calls: calls,
                 });
-                t += m.tokens;
                 for c in answered {
                     sources.push(c.request_event_id.clone());
                     sources.extend(c.result_event_id.clone());
@@ -1492,6 +1743,18 @@ fn render_message(
                         let t = tokens.count(&text);
                         (text, t)
                     } else if let Some(text) = note.and_then(|n| n.replacement(c, mode)) {
+                        let t = tokens.count(&text);
+                        (text, t)
+                    } else if let Some(s) = aging.and_then(|a| a.superseded.get(&c.tool_call_id)) {
+                        let text = aging::superseded_text(s);
+                        let t = tokens.count(&text);
+                        (text, t)
+                    } else if let (Some(a), Rendering::Aged) = (aging, mode) {
+                        let text = aging::aged_result(c, m.seq, &a.salience);
+                        let t = tokens.count(&text);
+                        (text, t)
+                    } else if let Some(raw) = aging.and_then(|a| a.in_place.get(&c.tool_call_id)) {
+                        let text = (*raw).to_owned();
                         let t = tokens.count(&text);
                         (text, t)
                     } else {

@@ -1,0 +1,526 @@
+//! How steps age under the long-turn policy ([`super::POLICY_VERSION_STEPS`]): which results a
+//! later call supersedes, which terms the session keeps coming back to, and the compact forms of
+//! an older step that keep its evidence — the lines a later step may quote back — whole.
+//!
+//! Real agents run one long turn of tens to hundreds of tool calls. What the next call needs
+//! from an older step is rarely its bytes: it is the path and line it found, the definition it
+//! read, the error it hit, and the names the model itself went on to use. So an aged result is
+//! its salient lines, ranked by how much of what they name the session mentioned *after* the
+//! step (in the model's own words and calls, and in the user's requests), plus definitions,
+//! failures and `path:line` hits; the raw bytes stay one rehydration away.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{is_salient, TimelineMessage, ToolPair};
+use crate::projection::truncate_chars;
+
+/// Outputs up to this many characters are sent whole even when aged: their evidence lines would
+/// not be much shorter.
+pub(super) const AGED_INLINE_MAX_CHARS: usize = 300;
+/// Most evidence lines kept of an aged output, and their characters in all. Measured on public
+/// trajectories: a few lines of older steps and more of the newest steps verbatim hold more of
+/// what the next call names than many lines of every step (see `docs/BENCHMARKS.md`).
+const EVIDENCE_MAX_LINES: usize = 6;
+const EVIDENCE_MAX_CHARS: usize = 500;
+/// Arguments of an aged call longer than this have their long strings reduced to evidence.
+const AGED_ARGS_MAX_CHARS: usize = 300;
+/// Assistant texts up to this many characters are kept whole when aged.
+const PROSE_INLINE_MAX_CHARS: usize = 600;
+/// A kept line is cut to this many characters.
+const EVIDENCE_LINE_CHARS: usize = 200;
+/// Lines of one output scanned for evidence (the cost stays bounded by what is selected).
+const EVIDENCE_SCAN_LINES: usize = 5000;
+/// A string argument longer than this is reduced to its evidence lines in an aged call.
+const AGED_ARG_STRING_CHARS: usize = 300;
+/// Outputs at least this long that a later call repeats byte for byte are sent once.
+const REPEATED_OUTPUT_MIN_CHARS: usize = 200;
+
+/// How many of the newest steps (assistant messages, newest first) go verbatim: at least `min`,
+/// and more while their tokens fit `window`.
+pub(super) fn verbatim_steps<'m>(
+    newest_first: impl Iterator<Item = &'m &'m TimelineMessage>,
+    min: usize,
+    window: u64,
+) -> usize {
+    let mut used = 0;
+    let mut n = 0;
+    for m in newest_first.filter(|m| m.role != "user") {
+        let t = m.tokens
+            + m.tool_calls
+                .iter()
+                .map(|c| c.call_tokens + c.output_tokens)
+                .sum::<u64>();
+        if n >= min && used + t > window {
+            break;
+        }
+        used += t;
+        n += 1;
+    }
+    n
+}
+
+/// Whether a term looks like code rather than prose: a path or file name, an identifier with an
+/// underscore, an inner capital or a digit beside letters, a dotted or `::` name.
+fn is_code_term(term: &str) -> bool {
+    if term.len() < 3 || !term.chars().any(char::is_alphabetic) {
+        return false;
+    }
+    term.contains(['_', '/', '.', ':'])
+        || term.chars().any(|c| c.is_ascii_digit())
+        || term
+            .chars()
+            .zip(term.chars().skip(1))
+            .any(|(a, b)| a.is_lowercase() && b.is_uppercase())
+}
+
+/// The code-like terms of a text (see [`is_code_term`]), and for a dotted, slashed or `::`
+/// term also its last part (`src/app.py` names `app.py`, `a.b.run` names `run`).
+fn code_terms<'t>(text: &'t str, each: &mut dyn FnMut(&'t str)) {
+    let terms = text
+        .split(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '/' | ':' | '-')))
+        .map(|t| t.trim_matches(|c: char| matches!(c, '.' | ':' | '-' | '/')));
+    for term in terms.filter(|t| is_code_term(t)) {
+        each(term);
+        if let Some(last) = term.rsplit(['/', ':']).next().filter(|l| *l != term) {
+            if is_code_term(last) {
+                each(last);
+            }
+        }
+    }
+}
+
+/// Which code-like terms the session mentioned, and when last: in the model's text and calls
+/// and in the user's messages. A line of an older output that names a term mentioned *after*
+/// it is one the session went on to use.
+#[derive(Debug, Default)]
+pub(super) struct Salience {
+    newest_mention: HashMap<String, u64>,
+}
+
+impl Salience {
+    /// Collects the mentions of `messages`; the `request` about to be sent counts as newest.
+    pub(super) fn of(messages: &[&TimelineMessage], request: Option<&str>) -> Self {
+        let mut newest_mention: HashMap<String, u64> = HashMap::new();
+        let mut note = |text: &str, seq: u64| {
+            code_terms(text, &mut |t| {
+                let at = newest_mention.entry(t.to_owned()).or_default();
+                *at = (*at).max(seq);
+            })
+        };
+        for m in messages {
+            note(&m.text, m.seq);
+            for c in &m.tool_calls {
+                note(&c.args, c.request_seq.max(m.seq));
+            }
+        }
+        if let Some(text) = request {
+            note(text, u64::MAX);
+        }
+        Self { newest_mention }
+    }
+
+    /// How many distinct terms of `line` the session mentioned after `seq`.
+    fn mentioned_after(&self, line: &str, seq: u64) -> usize {
+        let mut hits: Vec<&str> = Vec::new();
+        code_terms(line, &mut |t| {
+            if self.newest_mention.get(t).is_some_and(|at| *at > seq) && !hits.contains(&t) {
+                hits.push(t);
+            }
+        });
+        hits.len()
+    }
+}
+
+/// Why an older result is left out for a newer one: the later call that supersedes it, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Superseded {
+    pub by_call: String,
+    pub by_seq: u64,
+    pub how: &'static str,
+}
+
+/// The path a file tool names in its arguments, if any.
+fn file_path(args: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(args).ok()?;
+    ["file_path", "path", "filename", "notebook_path"]
+        .iter()
+        .find_map(|k| v.get(k).and_then(|p| p.as_str()).map(str::to_owned))
+}
+
+fn writes_whole_file(c: &ToolPair) -> bool {
+    let name = c.name.to_lowercase();
+    let command = serde_json::from_str::<serde_json::Value>(&c.args)
+        .ok()
+        .and_then(|v| v.get("command").and_then(|x| x.as_str()).map(str::to_owned))
+        .unwrap_or_default();
+    name.contains("write") || name == "create" || command == "create"
+}
+
+/// The answered results a later call supersedes: the same call made again (a re-read, a re-run
+/// of the same test), a file written whole after it was read, the same output repeated byte for
+/// byte. The newest stands; each older one is sent as a pointer to it.
+pub(super) fn superseded(messages: &[&TimelineMessage]) -> BTreeMap<String, Superseded> {
+    let mut out = BTreeMap::new();
+    let mut newest_call: HashMap<(&str, &str), (&str, u64)> = HashMap::new();
+    let mut newest_write: HashMap<String, (&str, u64)> = HashMap::new();
+    let mut newest_output: HashMap<&str, (&str, u64)> = HashMap::new();
+    let pairs = messages
+        .iter()
+        .rev()
+        .flat_map(|m| m.tool_calls.iter().rev().map(move |c| (m.seq, c)))
+        .filter(|(_, c)| !c.status.is_open());
+    for (seq, c) in pairs {
+        let id = c.tool_call_id.as_str();
+        let output = c.output.as_deref().filter(|_| c.error.is_none());
+        let found = if let Some((by, at)) = newest_call.get(&(c.name.as_str(), c.args.as_str())) {
+            Some((*by, *at, "the same call was made again later"))
+        } else if let Some((by, at)) = file_path(&c.args).and_then(|p| newest_write.get(&p)) {
+            Some((*by, *at, "the file was written whole later"))
+        } else if let Some((by, at)) = output
+            .filter(|o| o.len() >= REPEATED_OUTPUT_MIN_CHARS)
+            .and_then(|o| newest_output.get(o))
+        {
+            Some((*by, *at, "a later call returned the same output"))
+        } else {
+            None
+        };
+        if let Some((by, at, how)) = found {
+            out.insert(
+                id.to_owned(),
+                Superseded {
+                    by_call: by.to_owned(),
+                    by_seq: at,
+                    how,
+                },
+            );
+        }
+        newest_call
+            .entry((c.name.as_str(), c.args.as_str()))
+            .or_insert((id, seq));
+        if writes_whole_file(c) {
+            if let Some(p) = file_path(&c.args) {
+                newest_write.entry(p).or_insert((id, seq));
+            }
+        }
+        if let Some(o) = output.filter(|o| o.len() >= REPEATED_OUTPUT_MIN_CHARS) {
+            newest_output.entry(o).or_insert((id, seq));
+        }
+    }
+    out
+}
+
+/// What stands in for a superseded result.
+pub(super) fn superseded_text(s: &Superseded) -> String {
+    format!(
+        "[result left out: {} ({} at seq {}); see its result]",
+        s.how, s.by_call, s.by_seq
+    )
+}
+
+/// Whether a line defines something a later step may name: a function, a class, a type.
+fn is_definition(line: &str) -> bool {
+    const DEFINITIONS: [&str; 16] = [
+        "def ",
+        "async def ",
+        "class ",
+        "fn ",
+        "pub fn ",
+        "pub(crate) fn ",
+        "async fn ",
+        "function ",
+        "func ",
+        "impl ",
+        "struct ",
+        "enum ",
+        "interface ",
+        "type ",
+        "export ",
+        "pub struct ",
+    ];
+    // Numbered listings (`  12\tdef run():`, `12: def run():`) define too.
+    let code = line
+        .trim_start()
+        .trim_start_matches(|c: char| c.is_ascii_digit())
+        .trim_start_matches([':', '\t', ' ', '|', '→']);
+    DEFINITIONS.iter().any(|d| code.starts_with(d))
+}
+
+/// Whether a line is a `path:line` hit of grep, a compiler or a test runner.
+fn is_location(line: &str) -> bool {
+    line.split_whitespace().next().is_some_and(|w| {
+        let mut parts = w.split(':');
+        let path = parts.next().unwrap_or_default();
+        let num = parts.next().unwrap_or_default();
+        path.contains('.') && !num.is_empty() && num.chars().all(|c| c.is_ascii_digit())
+    })
+}
+
+/// The evidence lines of a text written at `seq`, whole (cut only past
+/// [`EVIDENCE_LINE_CHARS`]): its first and last lines, and the best-ranked of the rest — lines
+/// naming terms the session mentioned later rank highest, then failures, definitions and
+/// `path:line` hits — at most `max_lines` and [`EVIDENCE_MAX_CHARS`], in their order; a gap is
+/// `…`.
+pub(super) fn evidence_lines(
+    text: &str,
+    seq: u64,
+    salience: &Salience,
+    max_lines: usize,
+) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(EVIDENCE_SCAN_LINES)
+        .collect();
+    let mut ranked: Vec<(usize, usize)> = lines
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter_map(|(i, l)| {
+            let score = 3 * salience.mentioned_after(l, seq).min(3)
+                + 2 * usize::from(is_salient(l))
+                + 2 * usize::from(is_definition(l))
+                + usize::from(is_location(l));
+            (score > 0).then_some((score, i))
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut keep: Vec<usize> = Vec::new();
+    keep.extend((!lines.is_empty()).then_some(0));
+    keep.extend(lines.len().saturating_sub(1)..lines.len());
+    let mut chars: usize = keep
+        .iter()
+        .map(|i| lines[*i].len().min(EVIDENCE_LINE_CHARS))
+        .sum();
+    for (_, i) in ranked {
+        if keep.len() >= max_lines {
+            break;
+        }
+        let len = lines[i].len().min(EVIDENCE_LINE_CHARS);
+        if chars + len > EVIDENCE_MAX_CHARS {
+            continue;
+        }
+        chars += len;
+        keep.push(i);
+    }
+    keep.sort_unstable();
+    keep.dedup();
+    let mut out = String::new();
+    let mut prev: Option<usize> = None;
+    for i in keep {
+        if matches!(prev, Some(p) if i > p + 1) {
+            out.push_str("…\n");
+        }
+        out.push_str(&truncate_chars(lines[i].trim_end(), EVIDENCE_LINE_CHARS));
+        out.push('\n');
+        prev = Some(i);
+    }
+    out.trim_end().to_owned()
+}
+
+/// An aged step's result: its evidence lines, with the handle to rehydrate the rest; a failure
+/// and a short output whole. (Not its tool memory: measured, the memory line cost more than the
+/// evidence it added, and `why_not` finds it.)
+pub(super) fn aged_result(c: &ToolPair, seq: u64, salience: &Salience) -> String {
+    if let Some(err) = &c.error {
+        return format!(
+            "tool failed{}: {err}",
+            if c.retryable { " (retryable)" } else { "" }
+        );
+    }
+    let raw = c
+        .output
+        .as_deref()
+        .or(c.output_preview.as_deref())
+        .unwrap_or_default();
+    if c.output_ref.is_none() && raw.chars().count() <= AGED_INLINE_MAX_CHARS {
+        return raw.to_owned();
+    }
+    let handle = match &c.output_ref {
+        Some(r) => format!(
+            "{}, rehydrate by {}",
+            truncate_chars(r, "artifact:sha256:".len() + 12),
+            c.tool_call_id
+        ),
+        None => format!("event {}", c.result_event_id.as_deref().unwrap_or("?")),
+    };
+    let mut out = format!(
+        "[older step: {} bytes, {} lines{}; its evidence lines — all of it: {handle}]\n",
+        c.output_bytes.unwrap_or(raw.len() as u64),
+        raw.lines().count(),
+        if c.output_ref.is_some() {
+            " of its preview"
+        } else {
+            ""
+        },
+    );
+    out.push_str(&evidence_lines(raw, seq, salience, EVIDENCE_MAX_LINES));
+    out
+}
+
+/// An aged call's arguments: as made, but each long string (a file's new content, a long
+/// script) by its evidence lines; `None` when they are short or not a JSON object.
+pub(super) fn aged_arguments(args: &str, seq: u64, salience: &Salience) -> Option<String> {
+    if args.len() <= AGED_ARGS_MAX_CHARS {
+        return None;
+    }
+    let mut value: serde_json::Value = serde_json::from_str(args).ok()?;
+    let object = value.as_object_mut()?;
+    let mut changed = false;
+    for v in object.values_mut() {
+        let Some(s) = v.as_str().filter(|s| s.len() > AGED_ARG_STRING_CHARS) else {
+            continue;
+        };
+        let lines = s.lines().count();
+        let kept = evidence_lines(s, seq, salience, EVIDENCE_MAX_LINES / 2);
+        *v = serde_json::Value::String(format!(
+            "[{} characters, {lines} lines; its evidence lines:]\n{kept}",
+            s.len()
+        ));
+        changed = true;
+    }
+    changed.then(|| value.to_string())
+}
+
+/// Whether a sentence names something a later step may refer back to: code, a path, an
+/// identifier.
+fn names_code(sentence: &str) -> bool {
+    if sentence.contains('`') || sentence.contains("()") {
+        return true;
+    }
+    let mut found = false;
+    code_terms(sentence, &mut |_| found = true);
+    found
+}
+
+/// An aged step's text: of its prose the sentences that name code; of its code blocks those the
+/// step's calls do not already carry; `None` when it is short, or nothing would be saved.
+pub(super) fn aged_prose(text: &str, calls: &[&ToolPair]) -> Option<String> {
+    if text.chars().count() <= PROSE_INLINE_MAX_CHARS {
+        return None;
+    }
+    let mut out = String::new();
+    let mut dropped = false;
+    let mut fence: Option<String> = None;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            match fence.take() {
+                Some(block) => {
+                    // A block that is the call itself (mini-swe-agent writes its command both
+                    // ways) goes once, as the call.
+                    let body = block.trim();
+                    if calls.iter().any(|c| c.args.contains(body)) || body.is_empty() {
+                        dropped = true;
+                    } else {
+                        out.push_str(&format!("```\n{body}\n```\n"));
+                    }
+                }
+                None => fence = Some(String::new()),
+            }
+            continue;
+        }
+        if let Some(block) = fence.as_mut() {
+            block.push_str(line);
+            block.push('\n');
+            continue;
+        }
+        let kept: Vec<&str> = line
+            .split_inclusive(". ")
+            .filter(|sentence| {
+                let keep = names_code(sentence);
+                dropped |= !keep && !sentence.trim().is_empty();
+                keep
+            })
+            .collect();
+        if !kept.is_empty() {
+            out.push_str(kept.concat().trim_end());
+            out.push('\n');
+        }
+    }
+    if let Some(block) = fence {
+        out.push_str(&format!("```\n{}", block.trim_end()));
+    }
+    dropped.then(|| format!("[older step; what its text named:]\n{}", out.trim_end()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(seq: u64, text: &str, args: &str) -> TimelineMessage {
+        TimelineMessage {
+            seq,
+            event_id: format!("e{seq}"),
+            role: "assistant".into(),
+            participant_id: "main".into(),
+            text: text.into(),
+            tokens: 1,
+            tool_calls: vec![ToolPair {
+                tool_call_id: format!("c{seq}"),
+                name: "bash".into(),
+                args: args.into(),
+                call_tokens: 1,
+                request_event_id: format!("e{seq}"),
+                request_seq: seq,
+                status: crate::projection::ToolStatus::Succeeded,
+                result_event_id: Some(format!("r{seq}")),
+                output: Some("x".repeat(300)),
+                output_ref: None,
+                output_preview: None,
+                output_bytes: None,
+                output_tokens: 1,
+                preview_tokens: 0,
+                error: None,
+                retryable: false,
+                privacy_class: None,
+                participant_id: "main".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn lines_the_session_went_on_to_name_outrank_the_rest() {
+        let later = message(9, "Now fix `parse_header` in src/http.py", "{}");
+        let salience = Salience::of(&[&later], None);
+        let output = (0..200)
+            .map(|i| format!("{i:4}  x = compute_{i}(y)"))
+            .chain(["  57  def parse_header(raw):".to_owned()])
+            .collect::<Vec<_>>()
+            .join("\n");
+        let kept = evidence_lines(&output, 3, &salience, 4);
+        assert!(kept.contains("def parse_header(raw)"), "{kept}");
+        assert!(kept.lines().count() <= 6, "{kept}");
+        // Mentioned only before the output: not a reason to keep a line.
+        let kept = evidence_lines(&output, 10, &Salience::default(), 3);
+        assert!(!kept.contains("compute_100"), "{kept}");
+    }
+
+    #[test]
+    fn a_repeated_call_and_a_whole_file_write_supersede_older_results() {
+        let a = message(1, "", r#"{"command":"pytest -x"}"#);
+        let b = message(2, "", r#"{"command":"ls"}"#);
+        let c = message(3, "", r#"{"command":"pytest -x"}"#);
+        let gone = superseded(&[&a, &b, &c]);
+        assert_eq!(gone.get("c1").map(|s| s.by_call.as_str()), Some("c3"));
+        // b's output equals a's and c's (same 300 bytes): repeated output, newest stands.
+        assert_eq!(gone.get("c2").map(|s| s.by_call.as_str()), Some("c3"));
+        assert!(!gone.contains_key("c3"));
+    }
+
+    #[test]
+    fn aged_prose_keeps_what_names_code_and_drops_a_block_the_call_carries() {
+        let text = format!(
+            "THOUGHT: {} The bug is in `MiddlewareMixin.__acall__`. Let me look again.\n\n```bash\ngrep -n acall django/utils/deprecation.py\n```",
+            "I am thinking about this at length. ".repeat(20)
+        );
+        let m = message(
+            4,
+            &text,
+            r#"{"command":"grep -n acall django/utils/deprecation.py"}"#,
+        );
+        let calls: Vec<&ToolPair> = m.tool_calls.iter().collect();
+        let short = aged_prose(&text, &calls).expect("shortened");
+        assert!(short.contains("MiddlewareMixin.__acall__"), "{short}");
+        assert!(!short.contains("at length"), "{short}");
+        assert!(!short.contains("grep -n"), "{short}");
+    }
+}

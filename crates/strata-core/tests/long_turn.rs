@@ -1,0 +1,283 @@
+//! The long-turn policy (`strata.assembly/4`) on the shape real agents have: one user task and
+//! then 120 steps of tool use before anyone speaks again — large, repetitive observations, a
+//! file read twice, a listing repeated byte for byte, a failing test, its fix and the passing
+//! re-run, and a call still pending at the end. The fixture is the team's own.
+
+use serde_json::{json, Value};
+use strata_core::assembly::{
+    assemble_with_policy, Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage, Snapshot,
+    POLICY_VERSION, POLICY_VERSION_STEPS,
+};
+use strata_core::projection::AgentState;
+use strata_core::tokens::{O200k, TokenCounter};
+
+const STEPS: u64 = 120;
+/// The step that reads the parser the first time, and the one that reads it again.
+const FIRST_READ: u64 = 10;
+const SECOND_READ: u64 = 60;
+/// The failing test run, the fix, and the passing re-run of the same command.
+const FAILING_RUN: u64 = 40;
+const PASSING_RUN: u64 = 50;
+
+fn parser_source() -> String {
+    let mut lines: Vec<String> = (1..=400)
+        .map(|i| format!("{i:4}\t    value_{i} = normalise(chunk[{i}])  # keep the byte order"))
+        .collect();
+    lines[212] = " 213\tdef parse_header(raw: bytes, encoding='latin-1'):".into();
+    lines.join("\n")
+}
+
+fn listing() -> String {
+    (0..80)
+        .map(|i| format!("src/module_{i:02}/__init__.py"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn build_log(step: u64) -> String {
+    (0..150)
+        .map(|i| format!("[build {step}] compiling unit {i} of 150 ... ok"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One step: what the model said, the call it made, and what came back.
+fn step(seq: u64) -> (String, &'static str, Value, Option<String>, Option<String>) {
+    let read = json!({"file_path": "src/parser.py"});
+    match seq {
+        s if s == FIRST_READ || s == SECOND_READ => (
+            "Reading the parser.".into(),
+            "Read",
+            read,
+            Some(parser_source()),
+            None,
+        ),
+        s if s % 25 == 5 => (
+            "Listing the modules again.".into(),
+            "bash",
+            json!({"command": format!("ls src/*/__init__.py # pass {s}")}),
+            Some(listing()),
+            None,
+        ),
+        s if s == FAILING_RUN || s == PASSING_RUN => (
+            "Running the parser tests.".into(),
+            "bash",
+            json!({"command": "pytest tests/test_parser.py -x"}),
+            (s == PASSING_RUN).then(|| "12 passed in 0.41s".to_owned()),
+            (s == FAILING_RUN).then(|| {
+                "tests/test_parser.py:88: AssertionError: expected 'utf-8', got 'latin-1'".into()
+            }),
+        ),
+        s if s == FAILING_RUN + 3 => (
+            "The default encoding of `parse_header` is wrong; fixing it.".into(),
+            "Edit",
+            json!({"file_path": "src/parser.py", "old_string": "encoding='latin-1'",
+                   "new_string": "encoding='utf-8'"}),
+            Some("The file src/parser.py has been updated.".into()),
+            None,
+        ),
+        s => (
+            format!("Building again (attempt {s})."),
+            "bash",
+            json!({"command": format!("make build STEP={s}")}),
+            Some(build_log(s)),
+            None,
+        ),
+    }
+}
+
+fn message(seq: u64, role: &str, text: &str, calls: Vec<Value>) -> Value {
+    json!({"seq": seq, "event_id": format!("e{seq}"), "role": role,
+        "participant_id": "agent", "text": text, "tokens": O200k.count(text) + 3,
+        "tool_calls": calls})
+}
+
+fn pair(
+    id: &str,
+    seq: u64,
+    name: &str,
+    args: &Value,
+    out: Option<&str>,
+    err: Option<&str>,
+) -> Value {
+    let status = match (out, err) {
+        (Some(_), _) => "succeeded",
+        (None, Some(_)) => "errored",
+        (None, None) => "pending",
+    };
+    json!({"tool_call_id": id, "name": name, "args": args.to_string(),
+        "call_tokens": O200k.count(&args.to_string()), "request_event_id": format!("{id}-q"),
+        "request_seq": seq, "status": status,
+        "result_event_id": (status != "pending").then(|| format!("{id}-r")),
+        "output": out, "output_ref": null, "output_preview": null,
+        "output_bytes": out.map(str::len), "output_tokens": out.map_or(0, |o| O200k.count(o)),
+        "preview_tokens": 0, "error": err, "retryable": false, "privacy_class": null,
+        "participant_id": "agent"})
+}
+
+fn long_turn() -> Snapshot {
+    let mut messages = vec![message(
+        1,
+        "user",
+        "Fix the header parsing bug in src/parser.py: non-ASCII headers come out garbled.",
+        vec![],
+    )];
+    for n in 1..=STEPS {
+        let (text, name, args, out, err) = step(n);
+        let id = format!("call-{n}");
+        let seq = 1 + n * 2;
+        messages.push(message(
+            seq,
+            "assistant",
+            &text,
+            vec![pair(&id, seq, name, &args, out.as_deref(), err.as_deref())],
+        ));
+    }
+    // The newest step's call is still running.
+    let seq = 3 + STEPS * 2;
+    let args = json!({"command": "pytest tests/ -q"});
+    messages.push(message(
+        seq,
+        "assistant",
+        "Running the whole suite.",
+        vec![pair("call-pending", seq, "bash", &args, None, None)],
+    ));
+    serde_json::from_value(json!({
+        "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": "agent",
+        "head_seq": seq, "model": "gpt-4o", "context_window_tokens": 400_000,
+        "reserved_output_tokens": 8000, "system_prompt": "You are a coding agent.",
+        "system_prompt_tokens": 6, "session_started_event_id": "start", "tools": [],
+        "tools_tokens": 0, "state": serde_json::to_value(AgentState::default()).unwrap(),
+        "messages": messages, "messages_before_window": 0, "loose_tool_calls": [],
+        "transcript_tokens": 0, "orphan_results": 0
+    }))
+    .unwrap()
+}
+
+fn assemble(snapshot: &Snapshot, version: &str) -> Assembled {
+    let policy = AssemblyPolicy::by_version(version).expect("known policy");
+    assemble_with_policy(snapshot, &AssemblyRequest::default(), &policy, &O200k)
+}
+
+/// The content sent as the result of a call.
+fn result_of<'a>(a: &'a Assembled, call: &str) -> Option<&'a str> {
+    a.messages.iter().find_map(|m| match m {
+        BundleMessage::Tool {
+            tool_call_id,
+            content,
+            ..
+        } if tool_call_id == call => Some(content.as_str()),
+        _ => None,
+    })
+}
+
+fn text_of(a: &Assembled) -> String {
+    serde_json::to_string(&a.messages).unwrap()
+}
+
+#[test]
+fn older_steps_age_and_the_context_is_a_fraction_of_the_previous_policys() {
+    let snapshot = long_turn();
+    let v3 = assemble(&snapshot, POLICY_VERSION);
+    let v4 = assemble(&snapshot, POLICY_VERSION_STEPS);
+    assert_eq!(v4.assembly.policy_version, POLICY_VERSION_STEPS);
+    // v3 keeps the whole turn verbatim under this window; v4 sends its older steps aged.
+    assert!(
+        v4.assembly.context_tokens * 4 < v3.assembly.context_tokens,
+        "v4 {} tokens against v3 {}",
+        v4.assembly.context_tokens,
+        v3.assembly.context_tokens
+    );
+    // The newest steps go whole.
+    assert_eq!(
+        result_of(&v4, &format!("call-{STEPS}")),
+        Some(build_log(STEPS).as_str())
+    );
+    // An older build log is aged: its first and last lines, with the handle to the rest.
+    let aged = result_of(&v4, "call-20").expect("sent");
+    assert!(aged.starts_with("[older step:"), "{aged}");
+    assert!(
+        aged.contains("[build 20] compiling unit 0 of 150"),
+        "{aged}"
+    );
+    assert!(aged.len() < build_log(20).len() / 10, "{aged}");
+    let reasons: Vec<&str> = v4
+        .assembly
+        .included
+        .iter()
+        .filter(|s| s.kind == "aged_step")
+        .map(|s| s.reason.as_str())
+        .collect();
+    assert!(!reasons.is_empty());
+    assert!(
+        reasons.iter().all(|r| r.contains("steps back")),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn a_superseded_read_and_a_repeated_listing_are_sent_once_newest() {
+    let v4 = assemble(&long_turn(), POLICY_VERSION_STEPS);
+    let first = result_of(&v4, &format!("call-{FIRST_READ}")).expect("sent");
+    assert!(
+        first.contains("the same call was made again later")
+            && first.contains(&format!("call-{SECOND_READ}")),
+        "{first}"
+    );
+    // The listings of steps 5, 30, 55, 80 and 105 are the same bytes: the newest stands.
+    for older in [5, 30, 55, 80] {
+        let text = result_of(&v4, &format!("call-{older}")).expect("sent");
+        assert!(text.contains("returned the same output"), "{older}: {text}");
+    }
+    assert!(!result_of(&v4, "call-105")
+        .expect("sent")
+        .starts_with("[result left out"));
+    // The failing run is superseded by the passing re-run of the same command.
+    let failing = result_of(&v4, &format!("call-{FAILING_RUN}")).expect("sent");
+    assert!(
+        failing.contains(&format!("call-{PASSING_RUN}")),
+        "{failing}"
+    );
+}
+
+#[test]
+fn aged_steps_keep_their_evidence_and_the_pending_call_is_kept() {
+    let v4 = assemble(&long_turn(), POLICY_VERSION_STEPS);
+    let text = text_of(&v4);
+    // The definition the model went on to name (at the fix) stays, line number and all, from
+    // the newest read of the file.
+    let read = result_of(&v4, &format!("call-{SECOND_READ}")).expect("sent");
+    assert!(
+        read.contains("213\\tdef parse_header(raw: bytes, encoding='latin-1'):")
+            || read.contains("213\tdef parse_header(raw: bytes, encoding='latin-1'):"),
+        "{read}"
+    );
+    // The fix is sent as made.
+    assert!(text.contains("encoding='utf-8'"));
+    // The task and the pending call are there.
+    assert!(text.contains("non-ASCII headers come out garbled"));
+    assert!(text.contains("call-pending") || text.contains("pytest tests/ -q"));
+}
+
+#[test]
+fn every_tool_result_follows_its_call_and_assembly_is_deterministic() {
+    let snapshot = long_turn();
+    let a = assemble(&snapshot, POLICY_VERSION_STEPS);
+    let b = assemble(&snapshot, POLICY_VERSION_STEPS);
+    assert_eq!(text_of(&a), text_of(&b));
+    assert_eq!(a.assembly.included, b.assembly.included);
+    let mut called: Vec<&str> = Vec::new();
+    for m in &a.messages {
+        match m {
+            BundleMessage::Assistant { tool_calls, .. } => {
+                called.extend(tool_calls.iter().map(|c| c.id.as_str()));
+            }
+            BundleMessage::Tool { tool_call_id, .. } => {
+                assert!(called.contains(&tool_call_id.as_str()), "{tool_call_id}");
+            }
+            _ => {}
+        }
+    }
+    // Every answered call of the turn is sent as a call with its result (aged or whole).
+    assert_eq!(called.len() as u64, STEPS);
+}
