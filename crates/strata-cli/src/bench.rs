@@ -84,7 +84,13 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
                 .await?;
         }
         strata_projector::catch_up(&backends).await?;
-        for record in [false, true] {
+        // The default policy, the long-turn policy, and the default with its record appended.
+        let runs = [
+            (false, None),
+            (false, Some(strata_core::assembly::POLICY_VERSION_STEPS)),
+            (true, None),
+        ];
+        for (record, policy) in runs {
             // Recorded assemblies go back to the log; a projector follows them, as in `strata dev`.
             let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
             let follower = if record {
@@ -115,6 +121,7 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
                     budget: Some(16_000),
                     // A distinct request each time, so recorded assemblies are distinct events.
                     request: Some(format!("next step {i}")),
+                    policy: policy.map(str::to_owned),
                     ..ContextRequest::default()
                 };
                 let started = Instant::now();
@@ -133,7 +140,11 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
                 "{:<52} {:>14}",
                 format!(
                     "assembly, {size}-event session{}: p50 / p99",
-                    if record { " + ContextBuilt append" } else { "" }
+                    match (record, policy) {
+                        (true, _) => " + ContextBuilt append".to_owned(),
+                        (false, Some(v)) => format!(" ({v})"),
+                        (false, None) => String::new(),
+                    }
                 ),
                 format!("{} / {}", ms(p(0.5)), ms(p(0.99)))
             );

@@ -8,7 +8,7 @@ use strata_core::assembly::{
     assemble_with_policy, Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage, Snapshot,
     POLICY_VERSION, POLICY_VERSION_STEPS,
 };
-use strata_core::projection::AgentState;
+use strata_core::projection::{AgentState, Sourced};
 use strata_core::tokens::{O200k, TokenCounter};
 
 const STEPS: u64 = 120;
@@ -116,13 +116,17 @@ fn pair(
 }
 
 fn long_turn() -> Snapshot {
+    session(STEPS, AgentState::default())
+}
+
+fn session(steps: u64, state: AgentState) -> Snapshot {
     let mut messages = vec![message(
         1,
         "user",
         "Fix the header parsing bug in src/parser.py: non-ASCII headers come out garbled.",
         vec![],
     )];
-    for n in 1..=STEPS {
+    for n in 1..=steps {
         let (text, name, args, out, err) = step(n);
         let id = format!("call-{n}");
         let seq = 1 + n * 2;
@@ -134,7 +138,7 @@ fn long_turn() -> Snapshot {
         ));
     }
     // The newest step's call is still running.
-    let seq = 3 + STEPS * 2;
+    let seq = 3 + steps * 2;
     let args = json!({"command": "pytest tests/ -q"});
     messages.push(message(
         seq,
@@ -147,7 +151,7 @@ fn long_turn() -> Snapshot {
         "head_seq": seq, "model": "gpt-4o", "context_window_tokens": 400_000,
         "reserved_output_tokens": 8000, "system_prompt": "You are a coding agent.",
         "system_prompt_tokens": 6, "session_started_event_id": "start", "tools": [],
-        "tools_tokens": 0, "state": serde_json::to_value(AgentState::default()).unwrap(),
+        "tools_tokens": 0, "state": serde_json::to_value(state).unwrap(),
         "messages": messages, "messages_before_window": 0, "loose_tool_calls": [],
         "transcript_tokens": 0, "orphan_results": 0
     }))
@@ -280,4 +284,37 @@ fn every_tool_result_follows_its_call_and_assembly_is_deterministic() {
     }
     // Every answered call of the turn is sent as a call with its result (aged or whole).
     assert_eq!(called.len() as u64, STEPS);
+}
+
+#[test]
+fn a_short_session_sent_whole_gets_no_restatement_of_itself() {
+    let goal = |text: &str| Sourced {
+        text: text.into(),
+        source_event_id: "e1".into(),
+    };
+    let state = AgentState {
+        goal: Some(goal("Fix the header parsing bug in src/parser.py")),
+        files_read: vec![goal("src/parser.py")],
+        ..AgentState::default()
+    };
+    // Three steps and a pending one: all of it fits the working set.
+    let snapshot = session(3, state.clone());
+    let v3 = assemble(&snapshot, POLICY_VERSION);
+    let v4 = assemble(&snapshot, POLICY_VERSION_STEPS);
+    assert!(v3.assembly.included.iter().any(|s| s.kind == "task_state"));
+    assert!(!v4.assembly.included.iter().any(|s| s.kind == "task_state"));
+    assert!(v4
+        .assembly
+        .omitted_items
+        .iter()
+        .any(|o| o.kind == "task_state"
+            && o.reason == strata_core::assembly::OmissionReason::Redundant));
+    assert!(v4.assembly.context_tokens < v3.assembly.context_tokens);
+    // The long session still gets its task state: most of its history is aged.
+    let long = assemble(&session(STEPS, state), POLICY_VERSION_STEPS);
+    assert!(long
+        .assembly
+        .included
+        .iter()
+        .any(|s| s.kind == "task_state"));
 }

@@ -143,7 +143,9 @@ pub enum OmissionReason {
     OrphanResult,
     /// Raw events a successful compaction's summary stands in for.
     Compacted,
-    /// A tool memory whose raw output is in the context verbatim.
+    /// What the context already says: a tool memory whose raw output is in it verbatim; under
+    /// the long-turn policy, the task state, facts and memories of a history sent whole, and a
+    /// subagent's report its call returned.
     Redundant,
     /// A memory of another session, project or tenant that its scope keeps out.
     OtherScope,
@@ -1216,7 +1218,21 @@ pub fn assemble_with_policy(
     }
     for (i, child) in state.subagents.iter().enumerate() {
         let (unit, omission) = subagent_unit(child, i as u32, tokens);
-        units.push(unit);
+        let reported_in_turns = keep.is_some()
+            && child.report.as_deref().is_some_and(|r| {
+                let head = truncate_chars(r.trim(), 120);
+                visible.iter().flat_map(|m| m.tool_calls.iter()).any(|c| {
+                    c.output
+                        .as_deref()
+                        .is_some_and(|o| o.contains(head.as_str()))
+                })
+            });
+        if reported_in_turns {
+            // The long-turn policy: the call that ran the subagent returned its report.
+            omitted_items.push(restated(unit));
+        } else {
+            units.push(unit);
+        }
         omitted_items.extend(omission);
     }
     let (facts_text, facts_sources) = render_facts(state);
@@ -1380,6 +1396,25 @@ pub fn assemble_with_policy(
             });
         }
     };
+    // The long-turn policy never says a thing twice: while the whole history goes verbatim (a
+    // short session), the task state, facts and memories only restate it.
+    let steps = visible.iter().filter(|m| m.role != "user").count();
+    let restates = compaction.is_none() && keep.is_some_and(|n| n >= steps);
+    let is_restatement =
+        |u: &Unit| restates && matches!(u.kind, "task_state" | "decisions_and_facts" | "memory");
+    let (units, restatements): (Vec<Unit>, Vec<Unit>) =
+        units.into_iter().partition(|u| !is_restatement(u));
+    let (memory_units, memory_restatements): (Vec<Unit>, Vec<Unit>) =
+        memory_units.into_iter().partition(|u| !is_restatement(u));
+    let (facts_unit, facts_restatement): (Vec<Unit>, Vec<Unit>) =
+        facts_unit.into_iter().partition(|u| !is_restatement(u));
+    omitted_items.extend(
+        restatements
+            .into_iter()
+            .chain(memory_restatements)
+            .chain(facts_restatement)
+            .map(restated),
+    );
     let (p0_steps, other_steps): (Vec<Unit>, Vec<Unit>) =
         current_steps.into_iter().partition(|u| u.tier == Tier::P0);
     for u in units.into_iter().chain(p0_steps) {
@@ -1546,6 +1581,17 @@ pub fn assemble_with_policy(
         messages,
         tools: snapshot.tools.clone(),
         max_output_tokens: snapshot.reserved_output_tokens,
+    }
+}
+
+/// A unit left out because the context already says what it says.
+fn restated(u: Unit) -> Omission {
+    Omission {
+        kind: u.kind.to_owned(),
+        tier: u.tier,
+        reason: OmissionReason::Redundant,
+        source_event_ids: u.sources,
+        tokens: u.tokens,
     }
 }
 
