@@ -202,6 +202,9 @@ enum BenchWhat {
         /// Print a JSON array, one object per scenario.
         #[arg(long)]
         json: bool,
+        /// Assemble under this policy where a scenario names none (default: the current one).
+        #[arg(long)]
+        policy: Option<String>,
     },
 }
 
@@ -481,9 +484,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ..
         } => bench_replay::run(events, sessions, &servers).await,
         Command::Bench {
-            what: Some(BenchWhat::Scenarios { dir, json }),
+            what: Some(BenchWhat::Scenarios { dir, json, policy }),
             ..
-        } => bench_scenarios::run(dir.as_deref(), json).await,
+        } => bench_scenarios::run(dir.as_deref(), json, policy.as_deref()).await,
         Command::Bench {
             what: Some(BenchWhat::Distributed(servers)),
             ..

@@ -106,6 +106,36 @@ async fn every_scenario_keeps_its_facts_and_beats_transcript_replay() {
     );
 }
 
+/// The long-turn policies keep every fact of the suite too (their reductions are reported in
+/// `docs/BENCHMARKS.md`; they spend more than `strata.assembly/3` on these short sessions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_long_turn_policies_keep_every_fact_of_the_suite() {
+    use strata_core::assembly::{POLICY_VERSION_STEPS, POLICY_VERSION_STEPS_WIDE};
+    let dir = scenarios_dir();
+    for policy in [POLICY_VERSION_STEPS, POLICY_VERSION_STEPS_WIDE] {
+        let mut scenarios = load(&dir).unwrap_or_else(|e| panic!("loading {}: {e}", dir.display()));
+        for s in scenarios.iter_mut() {
+            s.expect
+                .request
+                .policy
+                .get_or_insert_with(|| policy.to_owned());
+        }
+        let results = run_all(&scenarios).await.unwrap_or_else(|e| panic!("{e}"));
+        println!("{policy}\n{}", table(&results));
+        let problems: Vec<String> = results
+            .iter()
+            .flat_map(|r| r.failures.iter().map(move |f| format!("{}: {f}", r.name)))
+            .chain(
+                results
+                    .iter()
+                    .filter(|r| r.context_tokens >= r.transcript_tokens)
+                    .map(|r| format!("{}: not smaller than transcript replay", r.name)),
+            )
+            .collect();
+        assert!(problems.is_empty(), "{policy}: {}", problems.join("\n"));
+    }
+}
+
 /// Writes each scenario's provider payload and assembly record to `dir`, for a look at what was
 /// sent and why (`STRATA_SCENARIOS_DUMP=DIR`).
 async fn dump_assemblies(scenarios: &[strata_scenarios::Scenario], dir: &std::path::Path) {

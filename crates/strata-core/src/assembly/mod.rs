@@ -29,13 +29,19 @@ pub const POLICY_VERSION: &str = "strata.assembly/3";
 /// three quarters of the budget, keeps two completed turns verbatim instead of the request's
 /// count, and sends no P3 digests of older turns.
 pub const POLICY_VERSION_TIGHT: &str = "strata.assembly/3-tight";
-/// The long-turn policy: the rules of [`POLICY_VERSION`], and steps age across turns, the
-/// current one too. The working set — at least the newest [`AGED_STEPS_AFTER`] steps, more while
-/// they fit [`VERBATIM_STEP_TOKENS`], and any with a pending call — goes verbatim, its offloaded
-/// outputs rehydrated in place; older steps go with their calls as made (long strings by their
-/// evidence lines), their text by what it names, and their results by their evidence lines with
-/// the handle to rehydrate the rest; a result a later call supersedes goes once, newest.
+/// The long-turn policy: the rules of [`POLICY_VERSION`], and steps age like turns, the
+/// current turn's too. The working set — at least the newest [`AGED_STEPS_AFTER`] steps, more
+/// while they fit [`VERBATIM_STEP_TOKENS`], and any with a pending call — goes verbatim (in a turn
+/// the user has answered since, long results by their memory), the newest observation whole even
+/// when offloaded; older steps of the current and the recent turns go with their calls as made
+/// (long strings by their evidence lines), their text by what it names, and their results by
+/// their evidence lines with the handle to rehydrate the rest; a result a later call supersedes
+/// goes once, newest; older turns are digested as under [`POLICY_VERSION`].
 pub const POLICY_VERSION_STEPS: &str = "strata.assembly/4";
+/// [`POLICY_VERSION_STEPS`] without digests: completed turns past the request's
+/// `verbatim_turns` are aged step by step instead of digested to a line each — more of what a
+/// later call names, for more tokens (measured in `docs/BENCHMARKS.md`).
+pub const POLICY_VERSION_STEPS_WIDE: &str = "strata.assembly/4-wide";
 /// Steps of the current turn kept verbatim under [`POLICY_VERSION_STEPS`] (SWE-agent's
 /// default for its last-N-observations processor is 5 too).
 pub const AGED_STEPS_AFTER: usize = 5;
@@ -60,6 +66,9 @@ pub struct AssemblyPolicy {
     pub aged_steps_after: Option<usize>,
     /// Under aging, more of the newest steps go verbatim while their tokens fit this many.
     pub verbatim_step_tokens: u64,
+    /// Under aging, whether completed turns past the request's `verbatim_turns` are digested
+    /// (with their memories, as [`POLICY_VERSION`] does) instead of aged step by step.
+    pub digest_older_turns: bool,
 }
 
 impl Default for AssemblyPolicy {
@@ -71,13 +80,14 @@ impl Default for AssemblyPolicy {
             digests: true,
             aged_steps_after: None,
             verbatim_step_tokens: 0,
+            digest_older_turns: true,
         }
     }
 }
 
 impl AssemblyPolicy {
     /// Every known policy, default first.
-    pub fn all() -> [AssemblyPolicy; 3] {
+    pub fn all() -> [AssemblyPolicy; 4] {
         [
             AssemblyPolicy::default(),
             AssemblyPolicy {
@@ -87,11 +97,19 @@ impl AssemblyPolicy {
                 digests: false,
                 aged_steps_after: None,
                 verbatim_step_tokens: 0,
+                digest_older_turns: true,
             },
             AssemblyPolicy {
                 version: POLICY_VERSION_STEPS,
                 aged_steps_after: Some(AGED_STEPS_AFTER),
                 verbatim_step_tokens: VERBATIM_STEP_TOKENS,
+                ..AssemblyPolicy::default()
+            },
+            AssemblyPolicy {
+                version: POLICY_VERSION_STEPS_WIDE,
+                aged_steps_after: Some(AGED_STEPS_AFTER),
+                verbatim_step_tokens: VERBATIM_STEP_TOKENS,
+                digest_older_turns: false,
                 ..AssemblyPolicy::default()
             },
         ]
@@ -544,7 +562,8 @@ pub fn rehydration_plan(
 
 /// Why an output of the working set is rehydrated without being asked for (the long-turn
 /// policy sends its newest steps whole, in place).
-const WORKING_SET_REASON: &str = "in the working set (the newest steps go whole, in place)";
+const WORKING_SET_REASON: &str =
+    "the newest observation, which the next call answers: sent whole, in place";
 
 /// [`rehydration_plan`] under `policy`: the long-turn policy also admits the offloaded outputs
 /// of its working set, newest first, within the same checks and byte budget (after what was
@@ -614,13 +633,15 @@ pub fn rehydration_plan_with_policy(
         }
     }
     let asked = targets.len();
-    if let Some(keep) = policy.aged_steps_after {
-        let working_set = snapshot
+    if policy.aged_steps_after.is_some() {
+        // The observation the next call answers: the newest step's, unless a user message came
+        // after it (older outputs of the working set go as their previews).
+        let newest_step = snapshot
             .messages
-            .iter()
-            .rev()
-            .filter(|m| m.role != "user")
-            .take(keep)
+            .last()
+            .filter(|m| m.role != "user" && m.role != PEER_ROLE);
+        let working_set = newest_step
+            .into_iter()
             .flat_map(|m| m.tool_calls.iter())
             .filter(|c| {
                 c.output_ref.is_some()
@@ -1254,11 +1275,11 @@ pub fn assemble_with_policy(
     // The long-turn policy ages steps across turns instead: every completed turn is a
     // candidate, its older steps aged (see `render_aged_turn`), none digested to a line.
     let verbatim_count = match keep {
-        Some(_) => completed.len(),
-        None => request.verbatim_turns.min(completed.len()),
+        Some(_) if !policy.digest_older_turns => completed.len(),
+        _ => request.verbatim_turns.min(completed.len()),
     };
     let render_turn = |age: usize, turn: &[&TimelineMessage]| -> Unit {
-        if let Some(keep) = keep {
+        if let Some(keep) = keep.filter(|_| age < verbatim_count) {
             return render_aged_turn(turn, &step_ages, keep, &notes, gate, aging.as_ref(), tokens);
         }
         let verbatim = age < request.verbatim_turns;
@@ -1640,8 +1661,12 @@ impl<'a> Aging<'a> {
     }
 }
 
-/// A completed turn under the long-turn policy: its user messages and its newest `keep` steps
-/// (counted across turns) verbatim, older steps aged.
+/// Results and arguments of the working set in a completed turn up to this many bytes go
+/// verbatim.
+const ANSWERED_VERBATIM_MAX_BYTES: u64 = 2048;
+
+/// A completed turn under the long-turn policy: its user messages verbatim, its steps among the
+/// newest `keep` (counted across turns) as the latest completed turn goes, older steps aged.
 fn render_aged_turn(
     turn: &[&TimelineMessage],
     step_ages: &BTreeMap<u64, usize>,
@@ -1658,10 +1683,20 @@ fn render_aged_turn(
     for m in turn {
         let old = m.role != "user" && step_ages.get(&m.seq).is_some_and(|a| *a >= keep);
         aged += usize::from(old);
-        let mode = if old {
-            Rendering::Aged
-        } else {
-            Rendering::Current
+        // A step of the working set in a turn the user has answered since goes verbatim, but a
+        // long result of it by its memory, as in the latest completed turn: the next call
+        // answers the user, and a listing they moved on from is baggage.
+        let long = m.tool_calls.iter().any(|c| {
+            c.args.len() as u64 > ANSWERED_VERBATIM_MAX_BYTES
+                || c.output_bytes.unwrap_or(0) > ANSWERED_VERBATIM_MAX_BYTES
+                || c.output
+                    .as_ref()
+                    .is_some_and(|o| o.len() as u64 > ANSWERED_VERBATIM_MAX_BYTES)
+        });
+        let mode = match (old, long) {
+            (true, _) => Rendering::Aged,
+            (false, true) => Rendering::Recent,
+            (false, false) => Rendering::Current,
         };
         let (msgs, src, mt) = render_message(m, mode, notes, gate, aging, tokens);
         messages.extend(msgs);
@@ -1677,7 +1712,10 @@ fn render_aged_turn(
                  results by their evidence lines (the newest {keep} steps verbatim)"
             )
         } else {
-            format!("completed turn within the newest {keep} steps, verbatim")
+            format!(
+                "completed turn within the newest {keep} steps: verbatim, results over \
+                 {ANSWERED_VERBATIM_MAX_BYTES} bytes by their memory"
+            )
         },
         sources,
         rendering: if aged > 0 { "aged" } else { "verbatim" },
