@@ -37,9 +37,13 @@ pub struct Sourced {
 pub struct OpenError {
     pub tool_call_id: String,
     pub tool: String,
+    /// The error's first line, taken from the tool's output: as private as that output.
     pub message: String,
     pub retryable: bool,
     pub source_event_id: String,
+    /// The privacy class of the output the message was taken from (none for a harness failure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy_class: Option<crate::payload::PrivacyClass>,
 }
 
 /// What the agent is doing on one branch, derived from the log (SPEC §5 AgentState).
@@ -564,6 +568,7 @@ pub fn apply(
                         ),
                         retryable: true,
                         source_event_id: event.event_id.clone(),
+                        privacy_class: p.privacy_class,
                     });
                 } else {
                     state.errors.retain(|e| e.tool != call.name);
@@ -622,6 +627,7 @@ pub fn apply(
                         message: first_error_line(Some(&p.error)),
                         retryable: p.retryable,
                         source_event_id: event.event_id.clone(),
+                        privacy_class: None,
                     });
                 changes.push(Change::ToolResult(ToolResultRow {
                     tenant_id: tenant.clone(),

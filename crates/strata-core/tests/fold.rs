@@ -205,3 +205,61 @@ fn subagents_are_tracked_from_start_to_finish_with_the_parents_checkpoint() {
         ("e1", "e3")
     );
 }
+
+/// A restricted (or not-allowed confidential) output with `is_error` must not reach the provider
+/// through the recovery block: the error carries its output's class, and the block withholds
+/// the message (issue 14, the seeds' R3/R12).
+#[test]
+fn a_protected_error_output_keeps_its_class_and_the_recovery_block_withholds_it() {
+    use strata_core::assembly::{assemble, AssemblyRequest, Provider, Snapshot};
+    for class in ["restricted", "confidential"] {
+        let (f, _) = fold(&[
+            ev(
+                1,
+                "main",
+                "ModelResponseReceived",
+                json!({"message_id": "a", "text": "",
+                "tool_calls": [{"tool_call_id": "c1", "name": "vault_read", "args": {}}]}),
+            ),
+            ev(
+                2,
+                "main",
+                "ToolCallFinished",
+                json!({"tool_call_id": "c1", "is_error": true, "privacy_class": class,
+                "output": "error: token SECRET-77aa91 rejected for acct 5512"}),
+            ),
+        ]);
+        let state = f.branches["main"].state.clone();
+        assert_eq!(state.errors.len(), 1);
+        assert_eq!(
+            state.errors[0].privacy_class.map(|c| c.as_str()),
+            Some(class)
+        );
+        let snapshot: Snapshot = serde_json::from_value(json!({
+            "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": "agent",
+            "head_seq": 2, "model": "gpt-4o", "context_window_tokens": 32000,
+            "reserved_output_tokens": 1000, "system_prompt": "be useful",
+            "system_prompt_tokens": 3, "session_started_event_id": "start", "tools": [],
+            "tools_tokens": 0, "state": serde_json::to_value(&state).unwrap(), "messages": [],
+            "messages_before_window": 0, "loose_tool_calls": [], "transcript_tokens": 100,
+            "orphan_results": 0
+        }))
+        .unwrap();
+        let request = AssemblyRequest {
+            provider: Provider::Openai,
+            confidential_allowed: false,
+            ..AssemblyRequest::default()
+        };
+        let a = assemble(&snapshot, &request, &O200k);
+        let sent = serde_json::to_string(&a.messages).unwrap();
+        assert!(!sent.contains("SECRET-77aa91"), "{class}: {sent}");
+        assert!(
+            sent.contains("vault_read (c1"),
+            "{class}: the error itself stays: {sent}"
+        );
+        assert!(
+            sent.contains("withheld by privacy policy"),
+            "{class}: {sent}"
+        );
+    }
+}

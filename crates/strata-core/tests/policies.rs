@@ -176,6 +176,7 @@ fn unresolved_retryable_errors_are_p0_even_under_a_tiny_budget() {
             message: "HTTP 503 from storage".into(),
             retryable: true,
             source_event_id: "e9".into(),
+            privacy_class: None,
         }],
         ..AgentState::default()
     };

@@ -1220,7 +1220,7 @@ pub fn assemble_with_policy(
             order: (1, 0, 0),
         });
     }
-    let (recovery_text, recovery_sources) = render_recovery(state);
+    let (recovery_text, recovery_sources) = render_recovery(state, gate);
     if !recovery_text.is_empty() {
         units.push(Unit {
             kind: "recovery_state",
@@ -2250,7 +2250,7 @@ fn render_state(s: &AgentState) -> (String, Vec<String>) {
 
 /// Unresolved errors (retryable ones say so): protected at P0 until a later success resolves
 /// them.
-fn render_recovery(s: &AgentState) -> (String, Vec<String>) {
+fn render_recovery(s: &AgentState, gate: Gate) -> (String, Vec<String>) {
     if s.errors.is_empty() {
         return (String::new(), Vec::new());
     }
@@ -2289,7 +2289,16 @@ fn render_recovery(s: &AgentState) -> (String, Vec<String>) {
             } else {
                 ""
             },
-            e.message
+            // The message is a line of the tool's output: withheld with it.
+            if gate.withholds(e.privacy_class) {
+                format!(
+                    "[error message withheld by privacy policy: {} output, not sent to {}]",
+                    e.privacy_class.map_or("private", PrivacyClass::as_str),
+                    gate.provider.as_str()
+                )
+            } else {
+                e.message.clone()
+            }
         ));
         sources.push(e.source_event_id.clone());
     }
