@@ -88,9 +88,13 @@ async fn assembly(
                 let parsed: ContextAssembly = serde_json::from_value(record).map_err(|e| {
                     ApiError::internal(&format!("assembly {id:?} is unreadable: {e}"))
                 })?;
-                let explanation = crate::explain_reference(a.backends(), &parsed, &reference)
-                    .await
-                    .map_err(|e| ApiError::internal(&e))?;
+                let explanation =
+                    crate::explain_reference(a.backends(), &tenant, &parsed, &reference)
+                        .await
+                        .map_err(|e| match e {
+                            Error::BadRequest(m) => ApiError::conflict(m),
+                            e => ApiError::internal(&e),
+                        })?;
                 Ok(Json(json!({
                     "assembly_id": parsed.assembly_id,
                     "reference": reference,

@@ -138,11 +138,22 @@ impl PolicyOpts {
 /// Why a record is, or is not, in an assembly: [`strata_core::assembly::explain`], and when the
 /// record names no event of it directly, `reference` read as a tool call id of the session —
 /// answered for each event that carries it (the call and its result).
+///
+/// `tenant` is the caller's (authenticated) tenant: events are read under it, never under the
+/// tenant written inside the record, and a record naming another tenant is refused (a tenant can
+/// post a `ContextBuilt` of its own making).
 pub async fn explain_reference(
     backends: &Backends,
+    tenant: &str,
     assembly: &ContextAssembly,
     reference: &str,
 ) -> Result<Vec<String>, Error> {
+    if assembly.tenant_id != tenant {
+        return Err(Error::BadRequest(format!(
+            "assembly {:?} names another tenant than the one it is stored under; refused",
+            assembly.assembly_id
+        )));
+    }
     let direct = explain_matches(assembly, reference);
     if !direct.is_empty() {
         return Ok(direct);
@@ -152,7 +163,7 @@ pub async fn explain_reference(
     loop {
         let page = backends
             .store
-            .events(&assembly.tenant_id, &assembly.session_id, after, 10_000)
+            .events(tenant, &assembly.session_id, after, 10_000)
             .await?;
         for e in &page {
             let payload = &e["payload"];

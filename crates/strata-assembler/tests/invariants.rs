@@ -337,3 +337,37 @@ async fn invariant_9_a_branch_never_mutates_its_ancestor() {
         .await;
     assert!(!text_of(&alt_again).contains("MAIN-LATER"));
 }
+
+/// A why-not answers from the caller's tenant only: a record naming another tenant (a tenant can
+/// post a `ContextBuilt` of its own making) is refused, and nothing of that tenant is read.
+#[tokio::test]
+async fn why_not_reads_under_the_callers_tenant_and_refuses_a_record_naming_another() {
+    let mut env = Env::new().await;
+    env.coding_session().await;
+    let assembled = env.context(ContextRequest::default()).await;
+    let mut record = assembled.assembly.clone();
+    let call = "c1";
+    // The real record, asked by its own tenant, answers.
+    let own = strata_assembler::explain_reference(&env.backends, TENANT, &record, call)
+        .await
+        .unwrap();
+    assert!(!own.is_empty());
+    // The same record asked by another tenant, or a forged one naming this tenant asked by
+    // another, is refused without reading a thing.
+    let refused = strata_assembler::explain_reference(&env.backends, "globex", &record, call).await;
+    assert!(
+        matches!(&refused, Err(strata_assembler::Error::BadRequest(m)) if m.contains("another tenant")),
+        "{refused:?}"
+    );
+    record.tenant_id = "globex".into();
+    let forged = strata_assembler::explain_reference(&env.backends, "globex", &record, call)
+        .await
+        .unwrap();
+    // Read under globex, acme's session has no events: nothing of acme's comes back.
+    assert!(
+        !forged
+            .iter()
+            .any(|l| l.contains("ToolCall") || l.contains("ModelResponse")),
+        "{forged:?}"
+    );
+}

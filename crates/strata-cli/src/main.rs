@@ -411,8 +411,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             strata_projector::bring_current(&backends, wait).await?;
             match &context.why_not {
                 Some(reference) => {
-                    view::print_why_not(&backends, &assembled.assembly, reference, context.json)
-                        .await
+                    view::print_why_not(
+                        &backends,
+                        &tenant,
+                        &assembled.assembly,
+                        reference,
+                        context.json,
+                    )
+                    .await
                 }
                 None => view::print_context(&assembled, context.json),
             }
@@ -436,7 +442,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(reference) => {
                     let a: strata_core::assembly::ContextAssembly = serde_json::from_value(record)
                         .map_err(|e| anyhow::anyhow!("assembly {assembly:?} is unreadable: {e}"))?;
-                    view::print_why_not(&backends, &a, &reference, json).await
+                    view::print_why_not(&backends, &tenant, &a, &reference, json).await
                 }
                 None => view::print_assembly_record(&record, json),
             }

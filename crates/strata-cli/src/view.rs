@@ -151,11 +151,12 @@ pub(crate) fn print_assembly_record(record: &Value, as_json: bool) -> anyhow::Re
 /// Prints why one record is, or is not, in an assembly.
 pub(crate) async fn print_why_not(
     backends: &strata_runtime::Backends,
+    tenant: &str,
     a: &ContextAssembly,
     reference: &str,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let lines = strata_assembler::explain_reference(backends, a, reference).await?;
+    let lines = strata_assembler::explain_reference(backends, tenant, a, reference).await?;
     if as_json {
         println!(
             "{}",
