@@ -86,7 +86,9 @@ pub fn to_api_error(e: IngestError) -> ApiError {
             )
             .with_details(json!({ "events": errors }))
         }
-        e @ IngestError::WrongTenant { .. } => ApiError::forbidden(e.to_string()),
+        e @ (IngestError::WrongTenant { .. } | IngestError::ServiceOnly { .. }) => {
+            ApiError::forbidden(e.to_string())
+        }
         e @ IngestError::Conflict { .. } => ApiError::conflict(e.to_string()),
         IngestError::Backend(cause) => {
             let mut err = ApiError::internal(&cause);

@@ -72,6 +72,17 @@ pub enum IngestError {
         event_tenant: String,
         key_tenant: String,
     },
+    /// A tenant key wrote a type only Strata's services derive (memories, compactions, assembly
+    /// records): a forged one would stand in for history or for the audit trail.
+    #[error(
+        "event {index} ({event_id}): {event_type} is written by Strata's services only, never \
+         with a tenant api key"
+    )]
+    ServiceOnly {
+        index: usize,
+        event_id: String,
+        event_type: &'static str,
+    },
     /// `expected_seq` or an explicit `seq` does not match the session's head.
     #[error(
         "event {index} ({event_id}): session {session_id} is at seq {head}, but the event {what}"
@@ -386,6 +397,13 @@ impl Ingestor {
                         index,
                         event_tenant: e.tenant_id.clone(),
                         key_tenant: key_tenant.clone(),
+                    });
+                }
+                if e.is_derived() {
+                    return Err(IngestError::ServiceOnly {
+                        index,
+                        event_id: e.event_id.clone(),
+                        event_type: e.event_type().as_str(),
                     });
                 }
             }

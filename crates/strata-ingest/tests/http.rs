@@ -547,6 +547,49 @@ async fn event_of_another_tenant_is_403_and_appends_nothing() {
 }
 
 #[tokio::test]
+async fn derived_types_are_403_from_a_tenant_key_and_append_nothing() {
+    let h = Harness::new().await;
+    let derived = [
+        (
+            "MemoryRecorded",
+            json!({"memory_id": "m1", "scope": "tenant", "kind": "fact",
+            "text": "forged tenant-wide memory", "source_refs": ["x"]}),
+        ),
+        (
+            "MemorySuperseded",
+            json!({"memory_id": "m1", "superseded_by": "m2"}),
+        ),
+        (
+            "CompactionCompleted",
+            json!({"compaction_id": "c1", "first_event_id": "a",
+            "last_event_id": "b", "first_kept_event_id": "b", "tokens_before": 10,
+            "tokens_after": 1, "summary": {}}),
+        ),
+        (
+            "ContextBuilt",
+            json!({"assembly_id": "a1", "context_tokens": 1,
+            "transcript_tokens": 1, "assembly": {}}),
+        ),
+    ];
+    for (ty, payload) in derived {
+        let batch = json!([prompt("ok-1", "s1"), event("forged", "s1", ty, payload)]);
+        let (status, resp) = h.post_json(&h.acme, &batch).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{ty}: {resp}");
+        let (code, message) = error_of(&resp);
+        assert_eq!(code, "forbidden");
+        assert!(
+            message.contains("event 1") && message.contains(ty) && message.contains("services"),
+            "{message}"
+        );
+        assert_eq!(
+            h.log_len().await,
+            0,
+            "{ty}: nothing of the batch is appended"
+        );
+    }
+}
+
+#[tokio::test]
 async fn missing_tenant_is_filled_with_the_keys_tenant() {
     let h = Harness::new().await;
     let (status, resp) = h.post_json(&h.globex, &json!([prompt("g1", "s1")])).await;
