@@ -215,11 +215,56 @@ pub async fn open(url: &str) -> Result<Arc<dyn ProjectionStore>> {
     }
 }
 
-/// A URL with its user information (user and password) replaced by `***`, for messages and
-/// logs.
+/// A URL with its user information (user and password) and the values of secret-looking query
+/// parameters (`password=`, `sslpassword=`, `token=`, `secret=`, `…key=`) replaced by `***`, for
+/// messages and logs.
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_owned(),
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut out = match (base.find("://"), base.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &base[..s], &base[at + 1..]),
+        _ => base.to_owned(),
+    };
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if is_secret_param(key) => format!("{key}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+fn is_secret_param(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "passwd", "pwd", "secret", "token", "key"]
+        .iter()
+        .any(|s| key.contains(s))
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact;
+
+    #[test]
+    fn user_information_and_secret_query_values_are_hidden() {
+        assert_eq!(
+            redact("postgres://strata:hunter2@db:5432/strata?sslmode=require&password=s3cret"),
+            "postgres://***@db:5432/strata?sslmode=require&password=***"
+        );
+        assert_eq!(
+            redact("postgres://db/strata?sslpassword=x&sslkey=/k.pem&application_name=a"),
+            "postgres://db/strata?sslpassword=***&sslkey=***&application_name=a"
+        );
+        assert_eq!(
+            redact("sqlite:///data/strata.db"),
+            "sqlite:///data/strata.db"
+        );
     }
 }
