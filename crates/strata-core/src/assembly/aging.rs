@@ -141,6 +141,10 @@ pub(super) struct Superseded {
 
 /// The path a file tool names in its arguments, if any.
 fn file_path(args: &str) -> Option<String> {
+    // Most calls name no path: skip parsing their arguments (this runs per call per assembly).
+    if !args.contains("path") && !args.contains("filename") {
+        return None;
+    }
     let v: serde_json::Value = serde_json::from_str(args).ok()?;
     ["file_path", "path", "filename", "notebook_path"]
         .iter()
@@ -171,10 +175,11 @@ pub(super) fn superseded(messages: &[&TimelineMessage]) -> BTreeMap<String, Supe
         .filter(|(_, c)| !c.status.is_open());
     for (seq, c) in pairs {
         let id = c.tool_call_id.as_str();
+        let path = file_path(&c.args);
         let output = c.output.as_deref().filter(|_| c.error.is_none());
         let found = if let Some((by, at)) = newest_call.get(&(c.name.as_str(), c.args.as_str())) {
             Some((*by, *at, "the same call was made again later"))
-        } else if let Some((by, at)) = file_path(&c.args).and_then(|p| newest_write.get(&p)) {
+        } else if let Some((by, at)) = path.as_ref().and_then(|p| newest_write.get(p)) {
             Some((*by, *at, "the file was written whole later"))
         } else if let Some((by, at)) = output
             .filter(|o| o.len() >= REPEATED_OUTPUT_MIN_CHARS)
@@ -197,8 +202,8 @@ pub(super) fn superseded(messages: &[&TimelineMessage]) -> BTreeMap<String, Supe
         newest_call
             .entry((c.name.as_str(), c.args.as_str()))
             .or_insert((id, seq));
-        if writes_whole_file(c) {
-            if let Some(p) = file_path(&c.args) {
+        if path.is_some() && writes_whole_file(c) {
+            if let Some(p) = path {
                 newest_write.entry(p).or_insert((id, seq));
             }
         }
