@@ -44,6 +44,10 @@ pub struct OpenError {
     /// The privacy class of the output the message was taken from (none for a harness failure).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privacy_class: Option<crate::payload::PrivacyClass>,
+    /// The failure's call is not on the log (broken provenance): kept and marked, never dropped,
+    /// and never paired with an invented call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphan: bool,
 }
 
 /// What the agent is doing on one branch, derived from the log (SPEC §5 AgentState).
@@ -538,7 +542,18 @@ pub fn apply(
             }
         }
         Payload::ToolCallFinished(p) => match fold.open_tool_calls.remove(&p.tool_call_id) {
-            None => fold.orphan_results += 1,
+            None => {
+                fold.orphan_results += 1;
+                if p.is_error {
+                    let message =
+                        first_error_line(p.output.as_deref().or(p.output_preview.as_deref()));
+                    let error = orphan_error(event, &p.tool_call_id, &p.extra, message, true);
+                    fold.branch_mut(&branch_id).state.errors.push(OpenError {
+                        privacy_class: p.privacy_class,
+                        ..error
+                    });
+                }
+            }
             Some(call) => {
                 let output_tokens = match (&p.output, p.output_tokens, p.output_bytes) {
                     (Some(o), _, _) => tokens.count(o),
@@ -569,9 +584,14 @@ pub fn apply(
                         retryable: true,
                         source_event_id: event.event_id.clone(),
                         privacy_class: p.privacy_class,
+                        orphan: false,
                     });
                 } else {
-                    state.errors.retain(|e| e.tool != call.name);
+                    // A success of the tool resolves its errors; one of any tool resolves the
+                    // orphan failures that named none.
+                    state.errors.retain(|e| {
+                        e.tool != call.name && !(e.orphan && e.tool == UNNAMED_ORPHAN_TOOL)
+                    });
                 }
                 if p.is_error {
                     fold.tool_failures += 1;
@@ -613,7 +633,12 @@ pub fn apply(
             }
         },
         Payload::ToolCallFailed(p) => match fold.open_tool_calls.remove(&p.tool_call_id) {
-            None => fold.orphan_results += 1,
+            None => {
+                fold.orphan_results += 1;
+                let message = first_error_line(Some(&p.error));
+                let error = orphan_error(event, &p.tool_call_id, &p.extra, message, p.retryable);
+                fold.branch_mut(&branch_id).state.errors.push(error);
+            }
             Some(call) => {
                 let t = tokens.count(&p.error) + MESSAGE_OVERHEAD_TOKENS;
                 transcript += t;
@@ -628,6 +653,7 @@ pub fn apply(
                         retryable: p.retryable,
                         source_event_id: event.event_id.clone(),
                         privacy_class: None,
+                        orphan: false,
                     });
                 changes.push(Change::ToolResult(ToolResultRow {
                     tenant_id: tenant.clone(),
@@ -987,6 +1013,35 @@ fn touch(list: &mut Vec<Sourced>, item: Sourced) {
 
 /// The most telling line of an error output: the first line mentioning an error or failure,
 /// else the first non-empty line; at most 240 characters.
+/// The tool an orphan failure is filed under when its event names none.
+pub const UNNAMED_ORPHAN_TOOL: &str = "unknown tool";
+
+/// An unresolved error for a failure whose call is not on the log. The tool is the one the
+/// event names (`name` or `tool`, as platforms write them), if any.
+fn orphan_error(
+    event: &Event,
+    tool_call_id: &str,
+    extra: &serde_json::Map<String, serde_json::Value>,
+    message: String,
+    retryable: bool,
+) -> OpenError {
+    let tool = ["name", "tool", "tool_name"]
+        .iter()
+        .find_map(|k| extra.get(*k).and_then(|v| v.as_str()))
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| truncate_chars(t.trim(), 120))
+        .unwrap_or_else(|| UNNAMED_ORPHAN_TOOL.to_owned());
+    OpenError {
+        tool_call_id: tool_call_id.to_owned(),
+        tool,
+        message,
+        retryable,
+        source_event_id: event.event_id.clone(),
+        privacy_class: None,
+        orphan: true,
+    }
+}
+
 pub fn first_error_line(output: Option<&str>) -> String {
     let output = output.unwrap_or_default();
     let line = output

@@ -263,3 +263,99 @@ fn a_protected_error_output_keeps_its_class_and_the_recovery_block_withholds_it(
         );
     }
 }
+
+#[test]
+fn a_failure_whose_call_is_not_on_the_log_is_an_unresolved_error_marked_as_such() {
+    use strata_core::assembly::{assemble, AssemblyRequest, Snapshot};
+    let (f, changes) = fold(&[
+        ev(
+            1,
+            "main",
+            "ToolCallFailed",
+            json!({"tool_call_id": "lost1", "name": "upload", "retryable": true,
+            "error": "HTTP 503 from storage: retry later"}),
+        ),
+        ev(
+            2,
+            "main",
+            "ToolCallFinished",
+            json!({"tool_call_id": "lost2", "is_error": true, "output": "error: disk full"}),
+        ),
+    ]);
+    // Still an orphan result: no pair is invented for it.
+    assert_eq!(f.orphan_results, 2);
+    assert!(!changes.iter().any(|c| matches!(c, Change::ToolResult(_))));
+    let state = f.branches["main"].state.clone();
+    let errors: Vec<_> = state
+        .errors
+        .iter()
+        .map(|e| {
+            (
+                e.tool.as_str(),
+                e.tool_call_id.as_str(),
+                e.orphan,
+                e.retryable,
+            )
+        })
+        .collect();
+    assert_eq!(
+        errors,
+        vec![
+            ("upload", "lost1", true, true),
+            ("unknown tool", "lost2", true, true)
+        ]
+    );
+    let snapshot: Snapshot = serde_json::from_value(json!({
+        "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": "agent",
+        "head_seq": 2, "model": "gpt-4o", "context_window_tokens": 32000,
+        "reserved_output_tokens": 1000, "system_prompt": "be useful",
+        "system_prompt_tokens": 3, "session_started_event_id": "start", "tools": [],
+        "tools_tokens": 0, "state": serde_json::to_value(&state).unwrap(), "messages": [],
+        "messages_before_window": 0, "loose_tool_calls": [], "transcript_tokens": 100,
+        "orphan_results": 2
+    }))
+    .unwrap();
+    let a = assemble(&snapshot, &AssemblyRequest::default(), &O200k);
+    let sent = serde_json::to_string(&a.messages).unwrap();
+    assert!(
+        sent.contains("upload (lost1, its call is not on the log, retryable"),
+        "{sent}"
+    );
+    assert!(sent.contains("HTTP 503 from storage"), "{sent}");
+    assert!(sent.contains("disk full"), "{sent}");
+
+    // A later success resolves them: of the same tool, and of any tool for the unnamed one.
+    let (f, _) = fold(&[
+        ev(
+            1,
+            "main",
+            "ToolCallFailed",
+            json!({"tool_call_id": "lost1", "name": "upload", "error": "HTTP 503"}),
+        ),
+        ev(
+            2,
+            "main",
+            "ToolCallFailed",
+            json!({"tool_call_id": "lost2", "error": "timeout"}),
+        ),
+        ev(
+            3,
+            "main",
+            "ToolCallRequested",
+            json!({"tool_call_id": "c3", "name": "list", "args": {}}),
+        ),
+        ev(
+            4,
+            "main",
+            "ToolCallFinished",
+            json!({"tool_call_id": "c3", "output": "ok"}),
+        ),
+    ]);
+    let left: Vec<_> = f.branches["main"]
+        .state
+        .errors
+        .iter()
+        .map(|e| e.tool_call_id.as_str())
+        .collect();
+    assert_eq!(left, vec!["lost1"]);
+}

@@ -177,6 +177,7 @@ fn unresolved_retryable_errors_are_p0_even_under_a_tiny_budget() {
             retryable: true,
             source_event_id: "e9".into(),
             privacy_class: None,
+            orphan: false,
         }],
         ..AgentState::default()
     };

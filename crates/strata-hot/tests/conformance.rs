@@ -156,6 +156,7 @@ fn sample_projection(seq: u64) -> ProjectedSession {
                 retryable: true,
                 source_event_id: "evt_3".into(),
                 privacy_class: None,
+                orphan: false,
             }],
             last_compaction_id: Some("cmp_1".into()),
             source_event_id: Some(format!("evt_{seq}")),

@@ -2281,9 +2281,14 @@ fn render_recovery(s: &AgentState, gate: Gate) -> (String, Vec<String>) {
             continue;
         }
         text.push_str(&format!(
-            "- {} ({}{}): {}\n",
+            "- {} ({}{}{}): {}\n",
             e.tool,
             e.tool_call_id,
+            if e.orphan {
+                ", its call is not on the log"
+            } else {
+                ""
+            },
             if e.retryable {
                 ", retryable: retry with the same arguments"
             } else {
