@@ -1043,14 +1043,7 @@ impl MemoryEngine {
         let session = event.session_id.clone();
         match &event.payload {
             Payload::SessionStarted(p) => {
-                let project = p
-                    .extra
-                    .get("project_id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                    .or_else(|| p.repo_root.clone())
-                    .or_else(|| p.cwd.clone())
-                    .unwrap_or_else(|| format!("session:{session}"));
+                let project = project_of_start(p, &session);
                 self.projects.insert((tenant, session), project);
                 vec![]
             }
@@ -1494,6 +1487,20 @@ fn supersede(old: &str, new: &str, reason: &str) -> Derived {
             extra: Default::default(),
         }),
     }
+}
+
+/// The project a session's memories are filed under: `project_id` of its `SessionStarted`, else
+/// its repo root, else its working directory, else the session itself. The extractor files them
+/// so and the snapshot finds them so, before the session has recorded any of its own.
+pub fn project_of_start(start: &crate::payload::SessionStarted, session: &str) -> String {
+    start
+        .extra
+        .get("project_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| start.repo_root.clone())
+        .or_else(|| start.cwd.clone())
+        .unwrap_or_else(|| format!("session:{session}"))
 }
 
 /// Whether memory `m` may be retrieved for a request of `tenant`/`project`/`session` by

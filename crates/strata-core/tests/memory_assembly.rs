@@ -196,3 +196,87 @@ fn memory_policy_is_applied_and_explained() {
         serde_json::to_vec(&b.messages).unwrap()
     );
 }
+
+#[test]
+fn under_the_cap_memories_of_the_files_in_play_come_first_then_the_newest() {
+    let mut e = MemoryEngine::default();
+    e.observe(&ev(
+        "start",
+        "s",
+        "2026-06-03T10:00:00Z",
+        "SessionStarted",
+        json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 16000,
+            "reserved_output_tokens": 1000, "project_id": "alpha"}),
+    ));
+    let mut seed = Vec::new();
+    call(
+        &mut e,
+        &mut seed,
+        "c0",
+        "2026-06-03T10:00:00Z",
+        "crm.get_order",
+        json!({"id": 7}),
+        r#"{"order_id": "7", "status": "open"}"#,
+    );
+    let template = seed.pop().unwrap();
+    // 40 memories, oldest first; the oldest of all names the file the agent is editing.
+    let mems: Vec<Memory> = (0..40)
+        .map(|i| {
+            let mut m = template.clone();
+            m.memory_id = format!("mem_{i:02}");
+            m.tool_call_id = None;
+            m.kind = "fact".into();
+            m.source_seq = Some(i);
+            m.superseded_by = None;
+            m.conflicts_with.clear();
+            m.text = if i == 0 {
+                "src/ledger/rounding.rs rounds half-even since the 2024 migration".into()
+            } else {
+                format!("observation number {i} about something else")
+            };
+            m
+        })
+        .collect();
+    let mut snap = snapshot(mems, "2026-06-03T10:05:00Z");
+    snap.state.files_modified.push(
+        serde_json::from_value(json!({"text": "src/ledger/rounding.rs", "source_event_id": "w1"}))
+            .unwrap(),
+    );
+    let a = assemble(&snap, &AssemblyRequest::default(), &O200k);
+    let included: Vec<(&str, &str)> = a
+        .assembly
+        .included
+        .iter()
+        .filter(|s| s.kind == "memory")
+        .map(|s| (s.id.as_str(), s.reason.as_str()))
+        .collect();
+    let text = serde_json::to_string(&a.messages).unwrap();
+    assert_eq!(included.len(), 24, "{included:?}");
+    assert!(
+        text.contains("rounds half-even"),
+        "the oldest, but relevant"
+    );
+    assert!(
+        included
+            .iter()
+            .any(|(_, r)| r.contains("relevant: names src/ledger/rounding.rs, a file in play")),
+        "{included:?}"
+    );
+    // The other 23 are the newest: 17..=39 kept, 1..=16 left out under the cap.
+    assert!(text.contains("observation number 39") && text.contains("observation number 17"));
+    assert!(!text.contains("observation number 16 "));
+    assert_eq!(
+        included
+            .iter()
+            .filter(|(_, r)| r.contains("among the newest"))
+            .count(),
+        23
+    );
+    let capped = a
+        .assembly
+        .omitted_items
+        .iter()
+        .filter(|o| o.kind == "memory" && o.reason == OmissionReason::Budget)
+        .count();
+    assert_eq!(capped, 16);
+}

@@ -475,41 +475,10 @@ where
     }
     messages.sort_by_key(|(_, m)| m.seq);
 
-    // Governed memory: the project (from the session's own memories), the candidates, the
-    // latest successful compaction of the branch, and the snapshot's clock.
-    let Statement { sql, args } = {
-        let mut q =
-            Statement::for_session("SELECT project_id FROM memories", stored, tenant, session);
-        q.push(" AND project_id IS NOT NULL ORDER BY seq LIMIT 1");
-        q
-    };
-    let project_id: Option<String> = sqlx::query_with(&sql, args)
-        .fetch_optional(pool)
-        .await?
-        .map(|r| r.get::<String, _>(0));
-    let Statement { sql, args } = {
-        let mut q = Statement::new("SELECT record, superseded_by FROM memories WHERE tenant_id = ");
-        q.bind(stored(tenant).into_owned())
-            .push(" AND (session_id = ")
-            .bind(stored(session).into_owned())
-            .push(" OR scope IN ('user', 'global')");
-        if let Some(p) = &project_id {
-            q.push(" OR (scope IN ('project', 'workspace') AND project_id = ")
-                .bind(stored(p).into_owned())
-                .push(")");
-        }
-        q.push(") ORDER BY seq, memory_id LIMIT 2000");
-        q
-    };
-    let mut memories = Vec::new();
-    for r in sqlx::query_with(&sql, args).fetch_all(pool).await? {
-        let record: MemoryRecorded = parse_json(&r.get::<String, _>(0), "memory record")?;
-        // A record that is not a governed memory (invariants 10, 11) is never offered.
-        if let Ok(mut m) = Memory::from_payload(&record) {
-            m.superseded_by = r.get::<Option<String>, _>(1);
-            memories.push(m);
-        }
-    }
+    // Governed memory: the project, the candidates, the latest successful compaction of the
+    // branch, and the snapshot's clock.
+    let project_id = session_project(pool, stored, tenant, session, &info).await?;
+    let memories = snapshot_memories(pool, stored, tenant, session, project_id.as_deref()).await?;
     let Statement { sql, args } = {
         let mut q =
             Statement::for_session("SELECT record FROM compactions", stored, tenant, session);
@@ -576,4 +545,122 @@ where
         other_branch_tokens: other_branch_tokens as u64,
         lineage: lineage.clone(),
     }))
+}
+
+/// A session's newest memories offered to the policy, and as many of the newest shared ones.
+const SNAPSHOT_SESSION_MEMORIES: i64 = 2000;
+const SNAPSHOT_SHARED_MEMORIES: i64 = 500;
+
+/// The project a session's memories are filed under, derived from its `SessionStarted` as the
+/// memory extractor derives it (so project memories are found before the session has recorded
+/// one of its own); failing that, the project of its own memories.
+async fn session_project<DB>(
+    pool: &Pool<DB>,
+    stored: StoredText,
+    tenant: &str,
+    session: &str,
+    info: &SessionInfo,
+) -> Result<Option<String>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'a> DB::Arguments<'a>: IntoArguments<'a, DB>,
+    for<'a> String: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    if let Some(started) = &info.started_event_id {
+        let Statement { sql, args } = {
+            let mut q = Statement::new("SELECT body FROM events WHERE tenant_id = ");
+            q.bind(stored(tenant).into_owned())
+                .push(" AND event_id = ")
+                .bind(stored(started).into_owned());
+            q
+        };
+        if let Some(r) = sqlx::query_with(&sql, args).fetch_optional(pool).await? {
+            let event: strata_core::Event = parse_json(&r.get::<String, _>(0), "event body")?;
+            if let strata_core::payload::Payload::SessionStarted(p) = &event.payload {
+                return Ok(Some(strata_core::memory::project_of_start(p, session)));
+            }
+        }
+    }
+    let Statement { sql, args } = {
+        let mut q =
+            Statement::for_session("SELECT project_id FROM memories", stored, tenant, session);
+        q.push(" AND project_id IS NOT NULL ORDER BY seq LIMIT 1");
+        q
+    };
+    Ok(sqlx::query_with(&sql, args)
+        .fetch_optional(pool)
+        .await?
+        .map(|r| r.get::<String, _>(0)))
+}
+
+/// The memories a snapshot offers, oldest first: the session's newest, then the newest shared
+/// ones of its tenant (user and global scope, and project/workspace scope of its project) by
+/// when they were observed. Newest, not oldest: on a long run the recent ones are the useful
+/// ones, and the policy ranks what it is given.
+async fn snapshot_memories<DB>(
+    pool: &Pool<DB>,
+    stored: StoredText,
+    tenant: &str,
+    session: &str,
+    project: Option<&str>,
+) -> Result<Vec<Memory>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'a> DB::Arguments<'a>: IntoArguments<'a, DB>,
+    for<'a> String: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let mut memories = Vec::new();
+    let Statement { sql, args } = {
+        let mut q = Statement::new("SELECT record, superseded_by FROM memories WHERE tenant_id = ");
+        q.bind(stored(tenant).into_owned())
+            .push(" AND session_id <> ")
+            .bind(stored(session).into_owned())
+            .push(" AND (scope IN ('user', 'global')");
+        if let Some(p) = project {
+            q.push(" OR (scope IN ('project', 'workspace') AND project_id = ")
+                .bind(stored(p).into_owned())
+                .push(")");
+        }
+        q.push(") ORDER BY observed_at DESC, memory_id DESC LIMIT ")
+            .bind(SNAPSHOT_SHARED_MEMORIES);
+        q
+    };
+    let shared = sqlx::query_with(&sql, args).fetch_all(pool).await?;
+    push_memories(&mut memories, &shared)?;
+    let Statement { sql, args } = {
+        let mut q = Statement::for_session(
+            "SELECT record, superseded_by FROM memories",
+            stored,
+            tenant,
+            session,
+        );
+        q.push(" ORDER BY seq DESC, memory_id DESC LIMIT ")
+            .bind(SNAPSHOT_SESSION_MEMORIES);
+        q
+    };
+    let own = sqlx::query_with(&sql, args).fetch_all(pool).await?;
+    push_memories(&mut memories, &own)?;
+    Ok(memories)
+}
+
+/// Memory rows read newest first, pushed oldest first as the policy reads them. A record that
+/// is not a governed memory (invariants 10, 11) is never offered.
+fn push_memories<R: Row>(memories: &mut Vec<Memory>, rows: &[R]) -> Result<()>
+where
+    for<'a> String: Decode<'a, R::Database> + Type<R::Database>,
+    usize: ColumnIndex<R>,
+{
+    for r in rows.iter().rev() {
+        let record: MemoryRecorded = parse_json(&r.get::<String, _>(0), "memory record")?;
+        if let Ok(mut m) = Memory::from_payload(&record) {
+            m.superseded_by = r.get::<Option<String>, _>(1);
+            memories.push(m);
+        }
+    }
+    Ok(())
 }

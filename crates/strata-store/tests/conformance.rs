@@ -226,6 +226,7 @@ conformance!(
     fingerprint_equal_for_equal_content,
     text_with_nul_projects,
     snapshot_memories_and_compaction,
+    snapshot_memories_are_the_newest_and_found_by_the_sessions_project,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1406,4 +1407,68 @@ async fn snapshot_memories_and_compaction(backend: Arc<Backend>) {
         Some("cmp_ok")
     );
     assert!(snap.state.last_compaction_id.as_deref() == Some("cmp_ok"));
+}
+
+async fn snapshot_memories_are_the_newest_and_found_by_the_sessions_project(backend: Arc<Backend>) {
+    let s = backend.open().await;
+    let store = s.store.as_ref();
+    let mut engine = strata_core::memory::MemoryEngine::default();
+    let mut a1 = memory_session(&mut engine, "acme", "a1", "alpha", "closed");
+    // More memories of its own than a snapshot offers: the newest are the ones offered.
+    let template = a1
+        .events
+        .iter()
+        .find(|e| e["type"] == "MemoryRecorded")
+        .map(|e| e["payload"].clone())
+        .expect("the session recorded a memory");
+    for i in 0..2010 {
+        let mut record = template.clone();
+        record["memory_id"] = json!(format!("mem-{i:04}"));
+        record["scope"] = json!("session");
+        record["kind"] = json!("fact");
+        record["tool_call_id"] = Value::Null;
+        record["text"] = json!(format!("fact {i}"));
+        a1.push("main", "MemoryRecorded", record);
+    }
+    // A new session of the project that has recorded nothing yet.
+    let mut fresh = Feed::new("acme", "a3", 0);
+    fresh.push(
+        "main",
+        "SessionStarted",
+        json!({"model": {"provider": "openai", "model": "gpt-4o"},
+            "context_window_tokens": 128000, "reserved_output_tokens": 8000,
+            "project_id": "alpha"}),
+    );
+    store
+        .commit_batch(batch(&mut [&mut a1, &mut fresh]))
+        .await
+        .unwrap();
+
+    let snap = snapshot(store, &a1, "main", 100).await;
+    let own: Vec<&str> = snap
+        .memories
+        .iter()
+        .filter(|m| m.session_id == "a1" && m.kind == "fact")
+        .map(|m| m.text.as_str())
+        .collect();
+    assert!(own.contains(&"fact 2009"), "the newest is offered");
+    assert!(!own.contains(&"fact 0"), "the oldest gives way");
+    assert_eq!(
+        own.last(),
+        Some(&"fact 2009"),
+        "oldest first, as the policy reads them"
+    );
+
+    let snap = snapshot(store, &fresh, "main", 100).await;
+    assert_eq!(snap.project_id.as_deref(), Some("alpha"));
+    assert!(
+        snap.memories
+            .iter()
+            .any(|m| m.session_id == "a1" && m.kind == "tool_memory"),
+        "the project's memories, before the session has one of its own"
+    );
+    assert!(
+        !snap.memories.iter().any(|m| m.kind == "fact"),
+        "a1's session-scoped facts stay a1's"
+    );
 }

@@ -22,6 +22,7 @@ use crate::projection::{truncate_chars, AgentState, ToolStatus};
 use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS};
 
 mod aging;
+mod memories;
 
 /// Version of the assembly policy; recorded in every assembly, part of its identity.
 pub const POLICY_VERSION: &str = "strata.assembly/3";
@@ -1333,7 +1334,7 @@ pub fn assemble_with_policy(
         .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str()))
         .collect();
     let (memory_units, memory_omissions) =
-        select_memories(snapshot, &window_calls, &compacted_calls, gate, tokens);
+        memories::select_memories(snapshot, &window_calls, &compacted_calls, gate, tokens);
     omitted_items.extend(memory_omissions);
 
     // Raw rehydration: only what the plan admitted (selection, privacy, provider, byte budget)
@@ -2537,189 +2538,4 @@ fn render_facts(s: &AgentState) -> (String, Vec<String>) {
     sources.sort();
     sources.dedup();
     (format!("## Decisions and facts\n{text}"), sources)
-}
-
-/// At most this many memories are offered to the budget.
-const MAX_MEMORIES: usize = 24;
-
-/// The memory units of an assembly and the memories left out, each with its reason.
-fn select_memories(
-    snapshot: &Snapshot,
-    verbatim_calls: &BTreeSet<&str>,
-    compacted_calls: &BTreeSet<&str>,
-    gate: Gate,
-    tokens: &dyn TokenCounter,
-) -> (Vec<Unit>, Vec<Omission>) {
-    use crate::memory::{retrievable, Scope};
-    use crate::payload::FreshnessClass;
-    let as_of = snapshot
-        .as_of
-        .as_deref()
-        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
-        .map(|t| t.with_timezone(&chrono::Utc));
-    let project = snapshot.project_id.clone().unwrap_or_default();
-    let mut units = Vec::new();
-    let mut omitted = Vec::new();
-    let omit = |omitted: &mut Vec<Omission>, m: &crate::memory::Memory, reason| {
-        omitted.push(Omission {
-            kind: "memory".into(),
-            tier: Tier::P2,
-            reason,
-            source_event_ids: m.source_refs.clone(),
-            tokens: 0,
-        });
-    };
-    // Newest first, so that the cap keeps the freshest.
-    let mut offered = 0usize;
-    for (i, m) in snapshot.memories.iter().enumerate().rev() {
-        if !retrievable(
-            m,
-            &snapshot.tenant_id,
-            &project,
-            &snapshot.session_id,
-            &snapshot.participant_id,
-        ) {
-            let reason = if m.tenant_id == snapshot.tenant_id
-                && m.session_id == snapshot.session_id
-                && m.scope == Scope::Session
-            {
-                OmissionReason::OtherParticipant
-            } else {
-                OmissionReason::OtherScope
-            };
-            omit(&mut omitted, m, reason);
-            continue;
-        }
-        // A memory of this session made on a sibling branch is that branch's state.
-        if m.session_id == snapshot.session_id && !snapshot.in_lineage(&m.branch_id, m.source_seq) {
-            omit(&mut omitted, m, OmissionReason::OtherBranch);
-            continue;
-        }
-        // A tool memory of this session made from another participant's tool result keeps
-        // that result's privacy here, whatever scope it has elsewhere.
-        if m.kind == "tool_memory"
-            && m.session_id == snapshot.session_id
-            && m.owner_participant != snapshot.participant_id
-            && snapshot
-                .messages
-                .iter()
-                .any(|x| x.role == "assistant" && x.participant_id == m.owner_participant)
-        {
-            omit(&mut omitted, m, OmissionReason::OtherParticipant);
-            continue;
-        }
-        if m.superseded_by.is_some() {
-            omit(&mut omitted, m, OmissionReason::Superseded);
-            continue;
-        }
-        // Restricted never leaves; confidential only to providers on the tenant's allow-list.
-        if gate.withholds(Some(m.privacy_class)) {
-            omit(&mut omitted, m, OmissionReason::PrivacyProvider);
-            continue;
-        }
-        if m.tool_call_id
-            .as_deref()
-            .is_some_and(|c| verbatim_calls.contains(c))
-        {
-            omit(&mut omitted, m, OmissionReason::Redundant);
-            continue;
-        }
-        if m.kind == "file_change"
-            && m.session_id == snapshot.session_id
-            && m.data
-                .get("path")
-                .and_then(serde_json::Value::as_str)
-                .is_some_and(|p| snapshot.state.files_modified.iter().any(|f| f.text == p))
-        {
-            // The task state lists the file already.
-            omit(&mut omitted, m, OmissionReason::Redundant);
-            continue;
-        }
-        if m.tool_call_id
-            .as_deref()
-            .is_some_and(|c| compacted_calls.contains(c))
-        {
-            omit(&mut omitted, m, OmissionReason::Compacted);
-            continue;
-        }
-        let stale = as_of.as_ref().is_some_and(|t| m.is_stale_at(t));
-        if stale && m.freshness_class == FreshnessClass::Volatile {
-            omit(&mut omitted, m, OmissionReason::Stale);
-            continue;
-        }
-        if offered >= MAX_MEMORIES {
-            omit(&mut omitted, m, OmissionReason::Budget);
-            continue;
-        }
-        offered += 1;
-        let mut text = format!(
-            "[memory {}] {} ({} {}, confidence {:.2} from {}, observed {})",
-            m.memory_id,
-            m.text,
-            m.scope.as_str(),
-            m.family,
-            m.confidence,
-            m.confidence_basis,
-            m.observed_at,
-        );
-        let mut reason = match m.scope {
-            Scope::Session => "session memory".to_owned(),
-            s => format!("{} memory of this {}", m.kind, s.as_str()),
-        };
-        if stale {
-            text.push_str(&format!(
-                " [STALE since {}: not current; revalidate with `{}`]",
-                m.stale_after.as_deref().unwrap_or("?"),
-                m.revalidate_with.as_deref().unwrap_or("the source tool")
-            ));
-            reason.push_str(", stale: marked with a revalidation hint");
-        }
-        if let Some(call) = &m.tool_call_id {
-            reason.push_str(&format!(
-                ", stands in for the raw output of call {call} (not in the verbatim turns)"
-            ));
-        }
-        let mut conflicts = m.conflicts_with.clone();
-        conflicts.extend(
-            snapshot
-                .memories
-                .iter()
-                .filter(|o| {
-                    // Only the other side if it may be shown itself.
-                    o.conflicts_with.contains(&m.memory_id)
-                        && !gate.withholds(Some(o.privacy_class))
-                        && retrievable(
-                            o,
-                            &snapshot.tenant_id,
-                            &project,
-                            &snapshot.session_id,
-                            &snapshot.participant_id,
-                        )
-                })
-                .map(|o| o.memory_id.clone()),
-        );
-        if !conflicts.is_empty() {
-            text.push_str(&format!(
-                " [CONFLICTS with {}; sources {}]",
-                conflicts.join(", "),
-                m.source_refs.join(", ")
-            ));
-            reason.push_str(", conflict kept: both sides shown with their sources");
-        }
-        if !m.supersedes.is_empty() {
-            reason.push_str(&format!(", successor of {}", m.supersedes.join(", ")));
-        }
-        units.push(Unit {
-            kind: "memory",
-            tier: Tier::P2,
-            reason,
-            sources: m.source_refs.clone(),
-            rendering: "memory",
-            tokens: tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS,
-            messages: vec![BundleMessage::System { text }],
-            protected: false,
-            order: (1, 1, i as u32),
-        });
-    }
-    (units, omitted)
 }
