@@ -2,25 +2,30 @@
 //!
 //! Body: `{"events": [EVENT, ...]}` or a bare JSON array. Answers `200` with one outcome per
 //! event (`accepted` or `duplicate`), `400` with every field error (event index, event id, field,
-//! message), `401` without a valid key, `403` for another tenant's event, `409` when
+//! message), `401` without a valid key (checked before the body is read), `403` for another
+//! tenant's event, `408` when the body is too slow to arrive, `413` over 64 MiB or 10,000
+//! events, `409` when
 //! `expected_seq` or `seq` does not match the session head, `503` while a backend is unavailable
 //! and `507` when the blob store has no space left for a large tool output. Nothing of a refused
 //! batch is acknowledged: re-sending it later is safe.
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Json, Router};
-use bytes::Bytes;
 use serde_json::{json, Value};
+use strata_runtime::http_server::read_body;
 use strata_runtime::{auth, ApiError};
 
 use crate::{IngestError, Ingestor, Publisher};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// Most events in one batch.
+pub const MAX_BATCH_EVENTS: usize = 10_000;
 
 /// The ingest routes.
 pub fn routes(ingestor: Arc<Ingestor>) -> Router {
@@ -33,9 +38,12 @@ pub fn routes(ingestor: Arc<Ingestor>) -> Router {
 async fn append_events(
     State(ingestor): State<Arc<Ingestor>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Json<Value>, ApiError> {
+    // The key is checked from the head, before a byte of the body is read: a keyless client
+    // never makes the server buffer its upload.
     let tenant = auth::authenticate(ingestor.backends().store.as_ref(), &headers).await?;
+    let body = read_body(&headers, body, MAX_BODY_BYTES).await?;
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
     let events = match value {
@@ -61,6 +69,17 @@ async fn append_events(
     };
     if events.is_empty() {
         return Err(ApiError::bad_request("events: the batch is empty"));
+    }
+    if events.len() > MAX_BATCH_EVENTS {
+        return Err(ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "events: {} in one batch, at most {MAX_BATCH_EVENTS}; nothing of this batch was \
+                 accepted; send smaller batches",
+                events.len()
+            ),
+        ));
     }
     match ingestor
         .ingest_json(&Publisher::Tenant(tenant.0), events)

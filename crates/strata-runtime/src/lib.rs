@@ -18,6 +18,7 @@ use strata_store::ProjectionStore;
 pub mod admin;
 pub mod auth;
 mod error;
+pub mod http_server;
 mod lock;
 pub mod metrics;
 pub mod startup;
@@ -437,11 +438,11 @@ pub async fn serve(
     listen: std::net::SocketAddr,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let limits = http_server::HttpLimits::from_env()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(address = %listener.local_addr()?, "listening");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    http_server::serve(listener, router, limits, shutdown).await
 }
 
 impl Backends {

@@ -19,7 +19,7 @@
 //! directory locked by another process, a failed migration) is returned at once and the binary
 //! exits with it.
 
-use std::future::{Future, IntoFuture as _};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
@@ -77,11 +77,14 @@ impl Service {
             app: app.clone(),
             health: health.clone(),
         });
-        let server = tokio::spawn(
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stopped(stop_rx.clone()))
-                .into_future(),
-        );
+        let limits = crate::http_server::HttpLimits::from_env()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let server = tokio::spawn(crate::http_server::serve(
+            listener,
+            router,
+            limits,
+            stopped(stop_rx.clone()),
+        ));
         Ok(Service {
             name: name.to_owned(),
             address,

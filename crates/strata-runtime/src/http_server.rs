@@ -1,0 +1,223 @@
+//! The HTTP server every service runs: axum's router on hyper's HTTP/1 connections, with the
+//! limits a server facing untrusted clients needs and `axum::serve` does not set.
+//!
+//! - **Connections**: at most [`HttpLimits::max_connections`] at once; further ones wait in the
+//!   listen backlog until one closes, so a client that opens thousands cannot exhaust memory or
+//!   file descriptors.
+//! - **Headers**: a request head must arrive within [`HttpLimits::header_read_timeout`], and so
+//!   must the next one on an idle keep-alive connection: a slow-loris client loses its socket.
+//! - **Bodies**: the whole body of a request must arrive within [`HttpLimits::body_timeout`] of
+//!   its head; a body read after that fails with [`BodyTimeout`], which [`read_body`] answers with
+//!   `408`. Handlers authenticate from the head *before* they read a body (see
+//!   `strata-ingest`), so a keyless client never makes the server buffer anything.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+use crate::ApiError;
+
+/// The limits of [`serve`]. `from_env` reads `STRATA_HTTP_MAX_CONNECTIONS`,
+/// `STRATA_HTTP_HEADER_TIMEOUT_SECS` and `STRATA_HTTP_BODY_TIMEOUT_SECS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub body_timeout: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 512,
+            header_read_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl HttpLimits {
+    /// The defaults, overridden by the environment; a malformed value is an error naming it.
+    pub fn from_env() -> Result<Self, String> {
+        let mut limits = Self::default();
+        if let Some(n) = env_number("STRATA_HTTP_MAX_CONNECTIONS")? {
+            limits.max_connections = (n as usize).max(1);
+        }
+        if let Some(s) = env_number("STRATA_HTTP_HEADER_TIMEOUT_SECS")? {
+            limits.header_read_timeout = Duration::from_secs(s.max(1));
+        }
+        if let Some(s) = env_number("STRATA_HTTP_BODY_TIMEOUT_SECS")? {
+            limits.body_timeout = Duration::from_secs(s.max(1));
+        }
+        Ok(limits)
+    }
+}
+
+fn env_number(name: &str) -> Result<Option<u64>, String> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{name}={v:?}: expected a whole number")),
+    }
+}
+
+/// Serves `router` on `listener` within `limits` until `shutdown` resolves, then lets the
+/// requests in flight finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors and the like: pause rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let body_timeout = limits.body_timeout;
+        let service = router.clone().map_request(move |req: Request<Incoming>| {
+            req.map(|body| Body::new(TimedBody::new(body, body_timeout)))
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// A request body that must arrive whole within a deadline set when its head arrived.
+struct TimedBody {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl TimedBody {
+    fn new(inner: Incoming, within: Duration) -> Self {
+        Self {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(within)),
+        }
+    }
+}
+
+/// The request body did not arrive within the server's body timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within the server's body timeout")]
+pub struct BodyTimeout;
+
+impl http_body::Body for TimedBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        match this.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        http_body::Body::is_end_stream(&self.inner)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        http_body::Body::size_hint(&self.inner)
+    }
+}
+
+/// Reads a request body of at most `limit` bytes: `413` beyond it (before reading anything
+/// when the declared length says so), `408` when it does not arrive in time, `400` when the
+/// client breaks off.
+pub async fn read_body(
+    headers: &axum::http::HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request body is larger than {limit} bytes; send smaller batches"),
+        )
+    };
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let cause = std::error::Error::source(&e);
+        if chain(cause).any(|c| c.is::<BodyTimeout>()) {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the request body did not arrive in time; nothing of it was accepted",
+            )
+        } else if chain(cause).any(|c| c.is::<http_body_util::LengthLimitError>()) {
+            too_large()
+        } else {
+            ApiError::bad_request("the request body could not be read to its end")
+        }
+    })
+}
+
+fn chain<'a>(
+    first: Option<&'a (dyn std::error::Error + 'static)>,
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(first, |e| e.source())
+}
