@@ -407,6 +407,14 @@ impl Ingestor {
                     });
                 }
             }
+            let cited: Vec<EventErrors> = events
+                .iter()
+                .enumerate()
+                .filter_map(|(index, (e, _))| ingest_only_fields(index, e))
+                .collect();
+            if !cited.is_empty() {
+                return Err(IngestError::Invalid(cited));
+            }
         }
         let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
         let b = &self.backends;
@@ -859,6 +867,34 @@ impl Ingestor {
         p.output_tokens = Some(tokens);
         Ok(Some(stored.uri))
     }
+}
+
+/// The fields of a tool result only ingest writes, when it stores a large output: a client that
+/// set them could cite another event's blob with no privacy class (laundering a restricted
+/// output to a provider) or a made-up size (defeating the rehydration byte budget).
+fn ingest_only_fields(index: usize, event: &Event) -> Option<EventErrors> {
+    let Payload::ToolCallFinished(p) = &event.payload else {
+        return None;
+    };
+    let errors: Vec<FieldError> = [
+        ("output_ref", p.output_ref.is_some()),
+        ("output_sha256", p.output_sha256.is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, set)| *set)
+    .map(|(field, _)| {
+        FieldError::new(
+            format!("payload.{field}"),
+            "set only by Strata's ingest when it stores a large output: send the output inline \
+             (`output`) and ingest stores it",
+        )
+    })
+    .collect();
+    (!errors.is_empty()).then(|| EventErrors {
+        index,
+        event_id: Some(event.event_id.clone()),
+        errors,
+    })
 }
 
 fn duplicate(event_id: &str, seq: u64) -> Outcome {

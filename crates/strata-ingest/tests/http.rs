@@ -1122,3 +1122,50 @@ async fn a_lost_hot_state_is_recovered_from_the_log_not_guessed_from_the_project
         .unwrap();
     assert_eq!((fold.head_seq, fold.event_count), (6, 6));
 }
+
+#[tokio::test]
+async fn a_client_cannot_cite_a_stored_blob_by_reference_to_launder_its_privacy() {
+    let h = Harness::new().await;
+    // A restricted output, stored by ingest.
+    let secret = format!("vault token SECRET-9f2c\n{}", big_output(20 * 1024));
+    let mut batch = tool_batch("s1", "call-1", &secret);
+    batch[1]["payload"]["privacy_class"] = json!("restricted");
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let uri = results(&resp)[1]["output_ref"].as_str().unwrap().to_owned();
+    let sha = uri.strip_prefix("artifact:sha256:").unwrap().to_owned();
+    let before = h.log_len().await;
+
+    // A second result citing that blob with no class and a made-up size is refused, whole.
+    let mut laundering = tool_batch("s1", "call-2", "x");
+    laundering[1]["payload"] = json!({"tool_call_id": "call-2", "output_ref": uri,
+        "output_sha256": sha, "output_bytes": 10, "output_preview": "harmless"});
+    let (status, resp) = h.post_json(&h.acme, &laundering).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{resp}");
+    let fields: Vec<(u64, String)> = resp["error"]["details"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| {
+            let index = e["index"].as_u64().unwrap();
+            e["errors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |f| (index, f["field"].as_str().unwrap().to_owned()))
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        vec![
+            (1, "payload.output_ref".to_owned()),
+            (1, "payload.output_sha256".to_owned())
+        ],
+        "{resp}"
+    );
+    assert!(
+        resp.to_string().contains("send the output inline"),
+        "{resp}"
+    );
+    assert_eq!(h.log_len().await, before, "nothing of the batch appended");
+}
