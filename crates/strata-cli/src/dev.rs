@@ -13,6 +13,7 @@ pub(crate) async fn run(
     opts: &BackendOpts,
     policy: &strata_assembler::PolicyOpts,
     listen: SocketAddr,
+    privacy_defaults: std::collections::BTreeMap<String, strata_core::privacy::PrivacyDefaults>,
 ) -> anyhow::Result<()> {
     let backends = Backends::open(opts, "strata dev").await?;
     let key = auth::ensure_dev_key(backends.store.as_ref(), &backends.data_dir).await?;
@@ -42,7 +43,13 @@ pub(crate) async fn run(
         .await
     });
 
-    let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
+    let ingestor = Arc::new(Ingestor::new(
+        backends.clone(),
+        IngestOptions {
+            privacy_defaults,
+            ..IngestOptions::default()
+        },
+    ));
     let assembler = Assembler::new(
         backends.clone(),
         ingestor.clone(),

@@ -61,6 +61,10 @@ enum Command {
         /// Address to listen on.
         #[arg(long, env = "STRATA_LISTEN", default_value = "127.0.0.1:7700")]
         listen: std::net::SocketAddr,
+        /// Per tenant, the class of tool outputs that carry none, and per tool a least class:
+        /// `{"dev": {"unlabelled": "restricted", "tools": {"vault.read": "restricted"}}}`.
+        #[arg(long, env = "STRATA_PRIVACY_DEFAULTS", default_value = "", value_parser = strata_core::privacy::PrivacyDefaults::parse_per_tenant)]
+        privacy_defaults: std::collections::BTreeMap<String, strata_core::privacy::PrivacyDefaults>,
     },
     /// Publish a realistic coding-agent session and show what the next model call would see.
     Demo {
@@ -385,7 +389,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let opts = &cli.backends;
     let wait = Duration::from_secs(cli.projection_wait_secs);
     match cli.command {
-        Command::Dev { listen } => dev::run(opts, &cli.policy, listen).await,
+        Command::Dev {
+            listen,
+            privacy_defaults,
+        } => dev::run(opts, &cli.policy, listen, privacy_defaults).await,
         Command::Demo { context } => demo::run(opts, &cli.policy, wait, &context).await,
         Command::Import(args) => {
             let backends = open_current(opts, wait, "strata import").await?;

@@ -9,6 +9,7 @@ pub mod event;
 mod json;
 pub mod memory;
 pub mod payload;
+pub mod privacy;
 pub mod projection;
 pub mod tokens;
 

@@ -966,6 +966,8 @@ pub struct MemoryEngine {
     extractors: Vec<Box<dyn Extractor>>,
     /// (tenant, session) → project.
     projects: BTreeMap<(String, String), String>,
+    /// (tenant, session) → how its unlabelled outputs are classed.
+    privacy: BTreeMap<(String, String), crate::privacy::PrivacyDefaults>,
     /// (tenant, session, tool_call_id) → the call.
     open_calls: BTreeMap<(String, String, String), OpenCall>,
     /// (tenant, project) → memories, in order.
@@ -1017,6 +1019,7 @@ impl MemoryEngine {
         Self {
             extractors,
             projects: BTreeMap::new(),
+            privacy: BTreeMap::new(),
             open_calls: BTreeMap::new(),
             index: BTreeMap::new(),
             known: Default::default(),
@@ -1044,6 +1047,15 @@ impl MemoryEngine {
         match &event.payload {
             Payload::SessionStarted(p) => {
                 let project = project_of_start(p, &session);
+                // As the fold does: a rule that does not parse withholds.
+                let privacy = crate::privacy::PrivacyDefaults::of_start(p).unwrap_or(
+                    crate::privacy::PrivacyDefaults {
+                        unlabelled: Some(PrivacyClass::Restricted),
+                        ..Default::default()
+                    },
+                );
+                self.privacy
+                    .insert((tenant.clone(), session.clone()), privacy);
                 self.projects.insert((tenant, session), project);
                 vec![]
             }
@@ -1071,6 +1083,8 @@ impl MemoryEngine {
                 vec![]
             }
             Payload::ToolCallFinished(p) => {
+                let rule = self.privacy.get(&(tenant.clone(), session.clone()));
+                let stated = p.privacy_class;
                 let Some(call) = self
                     .open_calls
                     .remove(&(tenant, session, p.tool_call_id.clone()))
@@ -1101,7 +1115,10 @@ impl MemoryEngine {
                 else {
                     return vec![];
                 };
-                let privacy = p.privacy_class.unwrap_or(PrivacyClass::Internal);
+                let privacy = rule
+                    .and_then(|r| r.class_of(stated, &call.name))
+                    .or(stated)
+                    .unwrap_or(PrivacyClass::Internal);
                 let freshness = p.freshness_class.unwrap_or(extracted.freshness);
                 let artifact_refs: Vec<String> = p.output_ref.iter().cloned().collect();
                 let provenance = format!("{}|{}", call.name, canonical_args(&call.args));

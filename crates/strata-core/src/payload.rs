@@ -174,11 +174,16 @@ impl Payload {
                 non_empty(errors, "new_branch_id", &p.new_branch_id);
                 non_empty(errors, "from_event_id", &p.from_event_id);
             }
-            Payload::SessionStarted(p) if p.reserved_output_tokens >= p.context_window_tokens => {
-                errors.push(FieldError::new(
-                    "payload.reserved_output_tokens",
-                    "must be smaller than context_window_tokens",
-                ));
+            Payload::SessionStarted(p) => {
+                if p.reserved_output_tokens >= p.context_window_tokens {
+                    errors.push(FieldError::new(
+                        "payload.reserved_output_tokens",
+                        "must be smaller than context_window_tokens",
+                    ));
+                }
+                if let Err(e) = crate::privacy::PrivacyDefaults::of_start(p) {
+                    errors.push(e);
+                }
             }
             Payload::MemoryRecorded(p) if p.source_refs.is_empty() => {
                 errors.push(FieldError::new(

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::event::{Event, MAIN_BRANCH};
 use crate::payload::*;
+use crate::privacy::PrivacyDefaults;
 use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
 
 /// Participant assumed when neither the event nor the session names one.
@@ -145,6 +146,9 @@ pub struct SessionFold {
     pub tool_failures: u64,
     pub orphan_results: u64,
     pub last_event_id: Option<String>,
+    /// How unlabelled tool outputs are classed, from `SessionStarted`.
+    #[serde(default, skip_serializing_if = "PrivacyDefaults::is_empty")]
+    pub privacy: PrivacyDefaults,
 }
 
 impl SessionFold {
@@ -160,6 +164,7 @@ impl SessionFold {
             tool_failures: 0,
             orphan_results: 0,
             last_event_id: None,
+            privacy: PrivacyDefaults::default(),
         }
     }
 
@@ -441,6 +446,12 @@ pub fn apply(
 
     match &event.payload {
         Payload::SessionStarted(p) => {
+            // Validated at ingest; a rule that does not parse (written around ingest) withholds
+            // every unlabelled output rather than none.
+            fold.privacy = PrivacyDefaults::of_start(p).unwrap_or(PrivacyDefaults {
+                unlabelled: Some(PrivacyClass::Restricted),
+                ..PrivacyDefaults::default()
+            });
             if fold.primary_participant.is_none() {
                 fold.primary_participant = Some(participant.clone());
             }
@@ -548,13 +559,15 @@ pub fn apply(
                     let message =
                         first_error_line(p.output.as_deref().or(p.output_preview.as_deref()));
                     let error = orphan_error(event, &p.tool_call_id, &p.extra, message, true);
+                    let privacy_class = fold.privacy.class_of(p.privacy_class, &error.tool);
                     fold.branch_mut(&branch_id).state.errors.push(OpenError {
-                        privacy_class: p.privacy_class,
+                        privacy_class,
                         ..error
                     });
                 }
             }
             Some(call) => {
+                let privacy_class = fold.privacy.class_of(p.privacy_class, &call.name);
                 let output_tokens = match (&p.output, p.output_tokens, p.output_bytes) {
                     (Some(o), _, _) => tokens.count(o),
                     (None, Some(t), _) => t,
@@ -583,7 +596,7 @@ pub fn apply(
                         ),
                         retryable: true,
                         source_event_id: event.event_id.clone(),
-                        privacy_class: p.privacy_class,
+                        privacy_class,
                         orphan: false,
                     });
                 } else {
@@ -608,7 +621,7 @@ pub fn apply(
                         bytes,
                         kind: "tool_output".into(),
                         source_event_id: event.event_id.clone(),
-                        privacy_class: p.privacy_class,
+                        privacy_class,
                         owner_participant: call.participant_id.clone(),
                     }));
                 }
@@ -628,7 +641,7 @@ pub fn apply(
                     preview_tokens,
                     error: None,
                     retryable: false,
-                    privacy_class: p.privacy_class,
+                    privacy_class,
                 }));
             }
         },

@@ -359,3 +359,82 @@ fn a_failure_whose_call_is_not_on_the_log_is_an_unresolved_error_marked_as_such(
         .collect();
     assert_eq!(left, vec!["lost1"]);
 }
+
+#[test]
+fn the_sessions_privacy_rule_classes_unlabelled_outputs_in_the_fold_and_the_memories() {
+    use strata_core::memory::MemoryEngine;
+    use strata_core::payload::{Payload, PrivacyClass};
+    let events = [
+        ev(
+            1,
+            "main",
+            "SessionStarted",
+            json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 8000,
+                "reserved_output_tokens": 100,
+                "privacy": {"unlabelled": "confidential", "tools": {"vault.read": "restricted"}}}),
+        ),
+        ev(
+            2,
+            "main",
+            "ModelResponseReceived",
+            json!({"message_id": "a", "text": "", "tool_calls": [
+                {"tool_call_id": "c1", "name": "vault.read", "args": {"path": "k"}},
+                {"tool_call_id": "c2", "name": "bash", "args": {"command": "ls"}},
+                {"tool_call_id": "c3", "name": "vault.read", "args": {"path": "j"}}]}),
+        ),
+        ev(
+            3,
+            "main",
+            "ToolCallFinished",
+            json!({"tool_call_id": "c1", "output": "token SECRET-1"}),
+        ),
+        ev(
+            4,
+            "main",
+            "ToolCallFinished",
+            json!({"tool_call_id": "c2", "output": "a.rs\nb.rs"}),
+        ),
+        // Labelled public by the platform: the tool's rule is the floor.
+        ev(
+            5,
+            "main",
+            "ToolCallFinished",
+            json!({"tool_call_id": "c3", "output": "token SECRET-2", "privacy_class": "public"}),
+        ),
+    ];
+    let (_, changes) = fold(&events);
+    let classes: Vec<(String, Option<PrivacyClass>)> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::ToolResult(r) => Some((r.tool_call_id.clone(), r.privacy_class)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        classes,
+        vec![
+            ("c1".to_owned(), Some(PrivacyClass::Restricted)),
+            ("c2".to_owned(), Some(PrivacyClass::Confidential)),
+            ("c3".to_owned(), Some(PrivacyClass::Restricted)),
+        ]
+    );
+    // The memory extractor holds its memories to the same rule.
+    let mut engine = MemoryEngine::default();
+    let mut memory_classes = Vec::new();
+    for e in &events {
+        for d in engine.observe(e) {
+            if let Payload::MemoryRecorded(p) = d.payload {
+                memory_classes.push((p.extra["tool_call_id"].clone(), p.privacy_class));
+            }
+        }
+    }
+    assert!(!memory_classes.is_empty());
+    for (call, class) in &memory_classes {
+        let want = if call == "c2" {
+            PrivacyClass::Confidential
+        } else {
+            PrivacyClass::Restricted
+        };
+        assert_eq!(*class, Some(want), "{call}");
+    }
+}

@@ -151,6 +151,10 @@ pub struct IngestOptions {
     /// log's delivery timeout (Kafka: `delivery_timeout_ms`, 30 s by default). Zero is safe with
     /// a single ingest replica only (it serialises its own reservations and appends).
     pub hot_loss_settle: std::time::Duration,
+    /// Per tenant, how tool outputs without a privacy class are classed: stamped into each
+    /// `SessionStarted` (as a floor under the platform's own `privacy` rule), so the log carries
+    /// it and every service folds it alike.
+    pub privacy_defaults: BTreeMap<String, strata_core::privacy::PrivacyDefaults>,
 }
 
 /// Default of [`IngestOptions::hot_loss_settle`]: the Kafka log's default delivery timeout
@@ -164,6 +168,7 @@ impl Default for IngestOptions {
             projector_group: strata_runtime::PROJECTOR_GROUP.into(),
             max_head_recovery_records: 200_000,
             hot_loss_settle: DEFAULT_HOT_LOSS_SETTLE,
+            privacy_defaults: BTreeMap::new(),
         }
     }
 }
@@ -539,6 +544,7 @@ impl Ingestor {
         // Nothing is reserved yet: a refusal here leaves no trace but orphan artifacts, which
         // are content-addressed and reused when the batch is sent again.
         for (slot, event) in &mut fresh {
+            self.stamp_privacy(event);
             if let Some(uri) = self.offload_output(*slot, event).await? {
                 outcomes[*slot].output_ref = Some(uri);
             }
@@ -825,6 +831,24 @@ impl Ingestor {
             .await
             .map(|s| s.unwrap_or(0))
             .map_err(|e| e.to_string())
+    }
+
+    /// Writes the tenant's privacy rule into a `SessionStarted`, the stricter of it and the
+    /// rule the event carries.
+    fn stamp_privacy(&self, event: &mut Event) {
+        use strata_core::privacy::{PrivacyDefaults, PRIVACY_FIELD};
+        let Some(floor) = self.options.privacy_defaults.get(&event.tenant_id) else {
+            return;
+        };
+        let Payload::SessionStarted(p) = &mut event.payload else {
+            return;
+        };
+        // Validated already; an unparsable rule cannot reach here.
+        let own = PrivacyDefaults::of_start(p).unwrap_or_default();
+        let rule = own.stricter(floor);
+        if let Ok(value) = serde_json::to_value(&rule) {
+            p.extra.insert(PRIVACY_FIELD.to_owned(), value);
+        }
     }
 
     /// Moves a large inline tool output (event `index` of the batch) to blob storage; returns

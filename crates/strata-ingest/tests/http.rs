@@ -51,7 +51,29 @@ impl Harness {
     }
 
     fn with(dir: tempfile::TempDir, backends: Backends, acme: String, globex: String) -> Harness {
-        let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
+        Self::with_options(dir, backends, acme, globex, IngestOptions::default())
+    }
+
+    async fn with_ingest_options(options: IngestOptions) -> Harness {
+        let h = Harness::new().await;
+        let Harness {
+            backends,
+            acme,
+            globex,
+            dir,
+            ..
+        } = h;
+        Self::with_options(dir, backends, acme, globex, options)
+    }
+
+    fn with_options(
+        dir: tempfile::TempDir,
+        backends: Backends,
+        acme: String,
+        globex: String,
+        options: IngestOptions,
+    ) -> Harness {
+        let ingestor = Arc::new(Ingestor::new(backends.clone(), options));
         let assembler = Assembler::new(
             backends.clone(),
             ingestor.clone(),
@@ -1168,4 +1190,61 @@ async fn a_client_cannot_cite_a_stored_blob_by_reference_to_launder_its_privacy(
         "{resp}"
     );
     assert_eq!(h.log_len().await, before, "nothing of the batch appended");
+}
+
+#[tokio::test]
+async fn the_tenants_privacy_rule_is_stamped_into_session_start_as_a_floor() {
+    let floor = strata_core::privacy::PrivacyDefaults::parse_per_tenant(
+        r#"{"acme": {"unlabelled": "restricted", "tools": {"crm": "confidential"}}}"#,
+    )
+    .unwrap();
+    let h = Harness::with_ingest_options(IngestOptions {
+        privacy_defaults: floor,
+        ..IngestOptions::default()
+    })
+    .await;
+    // The platform's own rule is weaker; the stricter of the two is what the log keeps.
+    let start = with_field(
+        session_started("e1", "s1"),
+        "payload",
+        json!({"model": {"provider": "openai", "model": "gpt-4o"},
+            "context_window_tokens": 128000, "reserved_output_tokens": 4000,
+            "privacy": {"unlabelled": "internal", "tools": {"crm": "public", "ls": "internal"}}}),
+    );
+    let (status, resp) = h.post_json(&h.acme, &json!([start])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let logged = h.logged("e1").await;
+    let Payload::SessionStarted(p) = &logged.payload else {
+        panic!("{logged:?}")
+    };
+    assert_eq!(
+        p.extra["privacy"],
+        json!({"unlabelled": "restricted", "tools": {"crm": "confidential", "ls": "internal"}})
+    );
+    // Another tenant's sessions are left as sent.
+    let (status, resp) = h
+        .post_json(&h.globex, &json!([session_started("g1", "s9")]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let Payload::SessionStarted(p) = &h.logged("g1").await.payload else {
+        panic!()
+    };
+    assert!(p.extra.get("privacy").is_none());
+}
+
+#[tokio::test]
+async fn a_malformed_privacy_rule_is_400_naming_the_field() {
+    let h = Harness::new().await;
+    let start = with_field(
+        session_started("e1", "s1"),
+        "payload",
+        json!({"model": {"provider": "openai", "model": "gpt-4o"},
+            "context_window_tokens": 128000, "reserved_output_tokens": 4000,
+            "privacy": {"unlabelled": "secret"}}),
+    );
+    let (status, resp) = h.post_json(&h.acme, &json!([start])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{resp}");
+    let text = resp.to_string();
+    assert!(text.contains("payload.privacy.unlabelled"), "{text}");
+    assert_eq!(h.log_len().await, 0);
 }

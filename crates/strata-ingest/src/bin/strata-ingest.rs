@@ -28,6 +28,10 @@ struct Opts {
     /// delivery timeout (see `IngestOptions::hot_loss_settle`).
     #[arg(long, env = "STRATA_HOT_LOSS_SETTLE_MS", default_value_t = strata_ingest::DEFAULT_HOT_LOSS_SETTLE.as_millis() as u64)]
     hot_loss_settle_ms: u64,
+    /// Per tenant, the class of tool outputs that carry none, and per tool a least class:
+    /// `{"acme": {"unlabelled": "restricted", "tools": {"vault.read": "restricted"}}}`.
+    #[arg(long, env = "STRATA_PRIVACY_DEFAULTS", default_value = "", value_parser = strata_core::privacy::PrivacyDefaults::parse_per_tenant)]
+    privacy_defaults: std::collections::BTreeMap<String, strata_core::privacy::PrivacyDefaults>,
 }
 
 #[tokio::main]
@@ -46,6 +50,7 @@ async fn main() -> anyhow::Result<()> {
             artifact_threshold: opts.artifact_threshold,
             projector_group: opts.projector_group,
             hot_loss_settle: std::time::Duration::from_millis(opts.hot_loss_settle_ms),
+            privacy_defaults: opts.privacy_defaults,
             ..IngestOptions::default()
         },
     ));
