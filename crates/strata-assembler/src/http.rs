@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use strata_runtime::{auth, ApiError};
 
 use strata_core::assembly::ContextAssembly;
+use strata_core::payload::PrivacyClass;
 
 use crate::{Assembler, ContextRequest, Error};
 
@@ -187,6 +188,31 @@ async fn artifact(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let tenant = tenant(&a, &headers).await?;
+    // Privacy belongs to the references: the blob is served only when a projected event
+    // cites it and none of those that do holds it `restricted` or `confidential`.
+    let classes = a
+        .backends()
+        .store
+        .artifact_classes(&tenant, &sha256)
+        .await
+        .map_err(|e| ApiError::internal(&e))?;
+    if classes.is_empty() {
+        return Err(ApiError::not_found(format!(
+            "artifact {sha256:?} not found (or not projected yet)"
+        )));
+    }
+    if let Some(class) = classes
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|c| *c >= PrivacyClass::Confidential)
+        .max()
+    {
+        return Err(ApiError::forbidden(format!(
+            "artifact {sha256:?} is withheld by privacy policy: {} output",
+            class.as_str()
+        )));
+    }
     match a.backends().blobs.get_artifact(&tenant, &sha256).await {
         Ok(Some(bytes)) => Ok((
             StatusCode::OK,

@@ -1248,3 +1248,63 @@ async fn a_malformed_privacy_rule_is_400_naming_the_field() {
     assert!(text.contains("payload.privacy.unlabelled"), "{text}");
     assert_eq!(h.log_len().await, 0);
 }
+
+#[tokio::test]
+async fn a_raw_artifact_is_served_only_when_its_references_allow_it() {
+    let h = Harness::new().await;
+    let public = big_output(20 * 1024);
+    let secret = format!("vault token SECRET-51aa\n{}", big_output(20 * 1024));
+    let mut batch = tool_batch("s1", "call-1", &public);
+    batch.as_array_mut().unwrap().extend(
+        tool_batch("s1", "call-2", &secret)
+            .as_array()
+            .unwrap()
+            .clone(),
+    );
+    batch[3]["payload"]["privacy_class"] = json!("restricted");
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let sha = |i: usize| {
+        results(&resp)[i]["output_ref"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("artifact:sha256:")
+            .unwrap()
+            .to_owned()
+    };
+    let (public_sha, secret_sha) = (sha(1), sha(3));
+
+    // Before the projector has seen the events, nothing says what they are: not served.
+    let (status, _) = h
+        .send_raw(
+            "GET",
+            &format!("/v1/artifacts/{public_sha}"),
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    strata_projector::catch_up(&h.backends).await.unwrap();
+    let (status, bytes) = h
+        .send_raw(
+            "GET",
+            &format!("/v1/artifacts/{public_sha}"),
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(bytes, public.as_bytes());
+    let (status, body) = h
+        .send(
+            "GET",
+            &format!("/v1/artifacts/{secret_sha}"),
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body.to_string().contains("restricted"), "{body}");
+    assert!(!body.to_string().contains("SECRET-51aa"), "{body}");
+}

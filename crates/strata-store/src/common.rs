@@ -56,6 +56,12 @@ fn parse_privacy(s: Option<String>) -> Option<PrivacyClass> {
     s.and_then(|s| serde_json::from_value(Value::String(s)).ok())
 }
 
+/// A stored privacy class; one this build does not know counts as `restricted` (fail closed).
+pub(crate) fn parse_privacy_class(s: Option<String>) -> Option<PrivacyClass> {
+    let stored = s?;
+    Some(parse_privacy(Some(stored)).unwrap_or(PrivacyClass::Restricted))
+}
+
 /// A session fold as stored (JSON text).
 pub(crate) fn fold_json(fold: &SessionFold) -> Result<String> {
     serde_json::to_string(fold).map_err(|source| Error::Corrupt {

@@ -179,6 +179,15 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
     /// A stored ContextAssembly record.
     async fn assembly(&self, tenant: &str, assembly_id: &str) -> Result<Option<Value>>;
 
+    /// The privacy classes of every projected reference to the artifact with this SHA-256 in
+    /// the tenant (one per event that cited it; `None` for an unclassed one). Empty when no
+    /// projected event refers to it.
+    async fn artifact_classes(
+        &self,
+        tenant: &str,
+        sha256: &str,
+    ) -> Result<Vec<Option<strata_core::payload::PrivacyClass>>>;
+
     /// The sessions of a tenant.
     async fn sessions(&self, tenant: &str) -> Result<Vec<SessionSummary>>;
 

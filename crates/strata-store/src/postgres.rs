@@ -767,6 +767,23 @@ impl ProjectionStore for PgStore {
             .transpose()
     }
 
+    async fn artifact_classes(
+        &self,
+        tenant: &str,
+        sha256: &str,
+    ) -> Result<Vec<Option<strata_core::payload::PrivacyClass>>> {
+        let rows =
+            sqlx::query("SELECT privacy_class FROM artifacts WHERE tenant_id = $1 AND sha256 = $2")
+                .bind(text(tenant))
+                .bind(text(sha256))
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .iter()
+            .map(|r| common::parse_privacy_class(r.get::<Option<String>, _>(0)))
+            .collect())
+    }
+
     async fn sessions(&self, tenant: &str) -> Result<Vec<SessionSummary>> {
         // Byte order, as SQLite sorts, whatever the database's collation.
         let rows = sqlx::query(

@@ -655,6 +655,23 @@ impl ProjectionStore for SqliteStore {
             .transpose()
     }
 
+    async fn artifact_classes(
+        &self,
+        tenant: &str,
+        sha256: &str,
+    ) -> Result<Vec<Option<PrivacyClass>>> {
+        let rows =
+            sqlx::query("SELECT privacy_class FROM artifacts WHERE tenant_id = ? AND sha256 = ?")
+                .bind(tenant)
+                .bind(sha256)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .iter()
+            .map(|r| common::parse_privacy_class(r.get::<Option<String>, _>(0)))
+            .collect())
+    }
+
     async fn sessions(&self, tenant: &str) -> Result<Vec<SessionSummary>> {
         let rows = sqlx::query(
             "SELECT session_id, head_seq, event_count FROM session_folds WHERE tenant_id = ? \

@@ -227,6 +227,7 @@ conformance!(
     text_with_nul_projects,
     snapshot_memories_and_compaction,
     snapshot_memories_are_the_newest_and_found_by_the_sessions_project,
+    artifact_classes_are_those_of_the_tenants_references,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1471,4 +1472,38 @@ async fn snapshot_memories_are_the_newest_and_found_by_the_sessions_project(back
         !snap.memories.iter().any(|m| m.kind == "fact"),
         "a1's session-scoped facts stay a1's"
     );
+}
+
+async fn artifact_classes_are_those_of_the_tenants_references(backend: Arc<Backend>) {
+    let s = backend.open().await;
+    let store = s.store.as_ref();
+    let sha = "ab".repeat(32);
+    let mut feed = Feed::new("acme", "s1", 0);
+    feed.started();
+    feed.assistant("main", "a1", "", &["c1", "c2"]);
+    for (call, class) in [("c1", Value::Null), ("c2", json!("restricted"))] {
+        feed.push(
+            "main",
+            "ToolCallFinished",
+            json!({"tool_call_id": call, "output_ref": format!("artifact:sha256:{sha}"),
+                "output_sha256": sha, "output_bytes": 10, "privacy_class": class}),
+        );
+    }
+    store.commit_batch(feed.batch()).await.unwrap();
+    let mut classes = store.artifact_classes("acme", &sha).await.unwrap();
+    classes.sort();
+    assert_eq!(
+        classes,
+        vec![None, Some(strata_core::payload::PrivacyClass::Restricted)]
+    );
+    assert!(store
+        .artifact_classes("globex", &sha)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .artifact_classes("acme", &"cd".repeat(32))
+        .await
+        .unwrap()
+        .is_empty());
 }
