@@ -58,11 +58,17 @@ pub struct FieldError {
     pub message: String,
 }
 
+/// Longest field path and message a [`FieldError`] reports: an error names the problem, it does
+/// not echo megabytes of the input back.
+const FIELD_PATH_MAX_CHARS: usize = 200;
+const FIELD_MESSAGE_MAX_CHARS: usize = 500;
+
 impl FieldError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        use crate::projection::truncate_chars;
         Self {
-            field: field.into(),
-            message: message.into(),
+            field: truncate_chars(&field.into(), FIELD_PATH_MAX_CHARS),
+            message: truncate_chars(&message.into(), FIELD_MESSAGE_MAX_CHARS),
         }
     }
 }
@@ -373,6 +379,28 @@ pub fn kind_of(v: &Value) -> &'static str {
     }
 }
 
+/// Unicode format characters (category Cf) that render as nothing or reorder text: soft hyphen,
+/// Arabic and Syriac marks, zero-width spaces and joiners, bidi embeddings, overrides and
+/// isolates, word joiner and invisible operators, the BOM, interlinear annotation marks, and the
+/// tag characters.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}'
+        | '\u{0600}'..='\u{0605}'
+        | '\u{061C}'
+        | '\u{06DD}'
+        | '\u{070F}'
+        | '\u{180E}'
+        | '\u{200B}'..='\u{200F}'
+        | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{2066}'..='\u{206F}'
+        | '\u{FEFF}'
+        | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{E0001}'
+        | '\u{E0020}'..='\u{E007F}')
+}
+
 fn take_id(
     obj: &mut Map<String, Value>,
     field: &str,
@@ -398,6 +426,14 @@ fn take_id(
                 None
             } else if s.chars().any(char::is_control) {
                 errors.push(FieldError::new(field, "contains control characters"));
+                None
+            } else if let Some(c) = s.chars().find(|c| is_invisible_format(*c)) {
+                // Bidi overrides, zero-width characters and BOMs make two ids that print alike
+                // differ (or one that prints as another): refused in ids.
+                errors.push(FieldError::new(
+                    field,
+                    format!("contains the invisible format character U+{:04X}", c as u32),
+                ));
                 None
             } else {
                 Some(s)

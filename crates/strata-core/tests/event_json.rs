@@ -294,3 +294,27 @@ fn the_canonical_text_is_the_one_of_the_json_value() {
         r#"{"event_id":"evt_01","tenant_id":"acme","session_id":"s1","branch_id":"main","seq":7,"parent_event_id":"evt_00","timestamp":"2026-06-03T10:00:00Z","type":"ToolCallFinished","actor":"tool","participant_id":"agent-a","payload":{"tool_call_id":"call_3","output":"..."},"causality":{"tool_call_id":"call_3"}}"#
     );
 }
+
+#[test]
+fn ids_with_bidi_overrides_zero_width_characters_or_a_bom_are_refused_naming_the_character() {
+    for (field, id, code) in [
+        ("session_id", "s1\u{202E}gnp.exe", "U+202E"),
+        ("tenant_id", "ac\u{200B}me", "U+200B"),
+        ("event_id", "\u{FEFF}e1", "U+FEFF"),
+        ("branch_id", "main\u{2066}", "U+2066"),
+    ] {
+        let mut v = json!({"event_id": "e1", "tenant_id": "acme", "session_id": "s1",
+            "timestamp": "2026-06-03T10:00:00Z", "type": "UserPromptSubmitted",
+            "payload": {"message_id": "m", "text": "hi"}});
+        v[field] = json!(id);
+        let errors = errors_of(v);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].0, field);
+        assert!(errors[0].1.contains(code), "{errors:?}");
+    }
+    // Letters of any script stay welcome.
+    let ok = json!({"event_id": "é1", "tenant_id": "acme", "session_id": "セッション",
+        "timestamp": "2026-06-03T10:00:00Z", "type": "UserPromptSubmitted",
+        "payload": {"message_id": "m", "text": "hi"}});
+    assert!(Event::from_json(ok, None).is_ok());
+}

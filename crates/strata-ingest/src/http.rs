@@ -24,6 +24,8 @@ use crate::{IngestError, Ingestor, Publisher};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// Most invalid events a 400 lists (every error of each); the rest are counted.
+const MAX_REPORTED_EVENTS: usize = 100;
 /// Most events in one batch.
 pub const MAX_BATCH_EVENTS: usize = 10_000;
 
@@ -96,14 +98,21 @@ async fn append_events(
 /// Maps an ingest refusal to its HTTP answer.
 pub fn to_api_error(e: IngestError) -> ApiError {
     match e {
-        IngestError::Invalid(errors) => {
+        IngestError::Invalid(mut errors) => {
             let message = e_summary(&errors);
+            // Every problem of the first events, and how many more events have some.
+            let more = errors.len().saturating_sub(MAX_REPORTED_EVENTS);
+            errors.truncate(MAX_REPORTED_EVENTS);
+            let mut details = json!({ "events": errors });
+            if more > 0 {
+                details["more_invalid_events"] = json!(more);
+            }
             ApiError::new(
                 axum::http::StatusCode::BAD_REQUEST,
                 "invalid_events",
                 message,
             )
-            .with_details(json!({ "events": errors }))
+            .with_details(details)
         }
         e @ (IngestError::WrongTenant { .. } | IngestError::ServiceOnly { .. }) => {
             ApiError::forbidden(e.to_string())

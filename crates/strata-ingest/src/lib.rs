@@ -361,10 +361,11 @@ impl Ingestor {
                     None
                 }
             };
+            // Named back to the client as sent, but never at length.
             let event_id = value
                 .get("event_id")
                 .and_then(Value::as_str)
-                .map(str::to_owned);
+                .map(|id| strata_core::projection::truncate_chars(id, 200));
             match Event::from_json(value, default_tenant) {
                 Ok(e) if errors.is_empty() => parsed.push((e, expected)),
                 Ok(_) => invalid.push(EventErrors {

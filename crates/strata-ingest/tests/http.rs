@@ -1308,3 +1308,36 @@ async fn a_raw_artifact_is_served_only_when_its_references_allow_it() {
     assert!(body.to_string().contains("restricted"), "{body}");
     assert!(!body.to_string().contains("SECRET-51aa"), "{body}");
 }
+
+#[tokio::test]
+async fn an_error_body_names_the_problem_without_echoing_megabytes_of_input() {
+    let h = Harness::new().await;
+    let huge = "x".repeat(2 * 1024 * 1024);
+    // A huge unknown type, a huge event id, and 300 bad events: the answer stays small.
+    let mut events = vec![event(&huge, "s1", &huge, json!({}))];
+    for i in 0..300 {
+        events.push(event(
+            &format!("e{i}"),
+            "s1",
+            "UserPromptSubmitted",
+            json!({}),
+        ));
+    }
+    let body = serde_json::to_string(&events).unwrap();
+    let (status, bytes) = h.send_raw("POST", "/v1/events", Some(&h.acme), body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(bytes.len() < 200 * 1024, "{} bytes", bytes.len());
+    let resp: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        resp["error"]["details"]["events"].as_array().unwrap().len(),
+        100
+    );
+    assert_eq!(resp["error"]["details"]["more_invalid_events"], 201);
+    let first = &resp["error"]["details"]["events"][0];
+    assert_eq!(first["index"], 0);
+    assert!(
+        first["errors"].to_string().contains("unknown event type"),
+        "{first}"
+    );
+    assert_eq!(h.log_len().await, 0);
+}

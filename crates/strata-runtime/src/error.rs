@@ -29,12 +29,16 @@ struct Inner<'a> {
     details: Option<&'a Value>,
 }
 
+/// Longest error message sent.
+const MESSAGE_MAX_CHARS: usize = 2_000;
+
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
-            message: message.into(),
+            // A message names the problem; it never echoes megabytes of the input back.
+            message: strata_core::projection::truncate_chars(&message.into(), MESSAGE_MAX_CHARS),
             details: None,
         }
     }
