@@ -49,6 +49,14 @@ pub enum Error {
         /// How many bytes are left.
         count: usize,
     },
+    /// The record would be larger than [`crate::MAX_RECORD_BYTES`].
+    #[error("the record is {bytes} bytes, more than the {max} bytes a log record may hold")]
+    TooLarge {
+        /// Size of the encoded record.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The datum is valid Avro but not a valid event, or a field of the event cannot be written
     /// with the chosen schema version.
     #[error("invalid payload at {field}: {message}")]

@@ -114,6 +114,21 @@ thread_local! {
     static WRITERS: RefCell<Vec<Option<GenericSingleObjectWriter>>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The largest record the codec writes or reads. Every length inside a record (a string, an
+/// array's item count) is at most the record's size, so capping apache-avro's allocations at it
+/// makes a forged length an error instead of an allocation: a 40-byte record claiming a
+/// 500-million-item array would otherwise ask for 28 GB and abort the process.
+pub const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
+
+/// Caps apache-avro's allocations at [`MAX_RECORD_BYTES`] before anything is decoded (the limit
+/// is set once per process; a decode before this call would fix it at the library's 512 MiB).
+fn cap_allocations() {
+    static CAPPED: std::sync::Once = std::sync::Once::new();
+    CAPPED.call_once(|| {
+        apache_avro::util::max_allocation_bytes(MAX_RECORD_BYTES);
+    });
+}
+
 impl AvroCodec {
     /// A codec writing the current schema and reading every known version.
     ///
@@ -123,6 +138,7 @@ impl AvroCodec {
     ///
     /// If a bundled schema does not parse, which the crate's tests rule out.
     pub fn new() -> Self {
+        cap_allocations();
         let _ = REGISTRY.current();
         AvroCodec { _private: () }
     }
@@ -136,7 +152,17 @@ impl AvroCodec {
 
     /// Appends the record of `event`, written with the current schema, to `out`.
     pub fn encode_into(&self, event: &Event, out: &mut Vec<u8>) -> Result<()> {
-        write(REGISTRY.current(), event, out)
+        let start = out.len();
+        write(REGISTRY.current(), event, out)?;
+        let bytes = out.len() - start;
+        if bytes > MAX_RECORD_BYTES {
+            out.truncate(start);
+            return Err(Error::TooLarge {
+                bytes,
+                max: MAX_RECORD_BYTES,
+            });
+        }
+        Ok(())
     }
 
     /// Encodes `event` with schema `version` (one of [`AvroCodec::schema_versions`]); for
@@ -156,6 +182,13 @@ impl AvroCodec {
 
     /// Decodes one record written with any known schema version.
     pub fn decode(&self, bytes: &[u8]) -> Result<Event> {
+        cap_allocations();
+        if bytes.len() > MAX_RECORD_BYTES {
+            return Err(Error::TooLarge {
+                bytes: bytes.len(),
+                max: MAX_RECORD_BYTES,
+            });
+        }
         let version = writer_version(bytes)?;
         let mut input = Guarded {
             rest: bytes,

@@ -184,3 +184,43 @@ fn sub_microsecond_timestamps_are_truncated_like_the_json_path() {
         strata_core::event::truncate_to_micros(event.timestamp)
     );
 }
+
+/// A record whose array or string length claims far more than the record holds is an error, not
+/// an allocation: a 40-byte record claiming a 500-million-element array once aborted the
+/// projector, which then re-read it forever.
+#[test]
+fn lengths_beyond_the_record_are_refused_without_allocating_them() {
+    let codec = AvroCodec::new();
+    let event = Event::from_json(
+        json!({"event_id": "e1", "tenant_id": "t", "session_id": "s", "seq": 1,
+            "timestamp": "2026-06-03T10:00:00Z", "type": "ModelResponseReceived",
+            "payload": {"message_id": "m", "text": "MARKMARK", "tool_calls": []}}),
+        None,
+    )
+    .unwrap();
+    let bytes = codec.encode(&event).unwrap();
+    let at = bytes
+        .windows(8)
+        .position(|w| w == b"MARKMARK")
+        .expect("the text is in the record")
+        + 8;
+    assert_eq!(bytes[at], 0, "an empty array follows the text");
+    for count in [500_000_000u64, 100_000_000, 1 << 40] {
+        // The array's item count, zigzag varint encoded.
+        let mut zigzag = count << 1;
+        let mut varint = Vec::new();
+        while zigzag >= 0x80 {
+            varint.push((zigzag as u8) | 0x80);
+            zigzag >>= 7;
+        }
+        varint.push(zigzag as u8);
+        let mut forged = bytes[..at].to_vec();
+        forged.extend_from_slice(&varint);
+        forged.extend_from_slice(&bytes[at + 1..]);
+        let err = codec
+            .decode(&forged)
+            .expect_err("a forged length is refused");
+        let text = err.to_string();
+        assert!(!text.is_empty(), "{count}: {text}");
+    }
+}

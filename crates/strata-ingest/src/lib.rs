@@ -577,12 +577,28 @@ impl Ingestor {
         }
         let mut records = Vec::with_capacity(fresh.len());
         let fingerprint = b.codec.fingerprint_hex().into_bytes();
-        for (_, event) in &fresh {
+        for (slot, event) in &fresh {
             let value = match b.codec.encode(event) {
                 Ok(v) => v,
                 Err(e) => {
                     self.release(&reserved, &heads).await;
-                    return Err(backend(&e));
+                    return Err(match e {
+                        strata_codec::Error::TooLarge { bytes, max } => {
+                            IngestError::Invalid(vec![EventErrors {
+                                index: *slot,
+                                event_id: Some(event.event_id.clone()),
+                                errors: vec![FieldError::new(
+                                    "payload",
+                                    format!(
+                                        "the event is {bytes} bytes as a log record, more than \
+                                         {max}; send large tool outputs as `output` (stored as \
+                                         an artifact) and keep other fields small"
+                                    ),
+                                )],
+                            }])
+                        }
+                        e => backend(&e),
+                    });
                 }
             };
             records.push(NewRecord {

@@ -1341,3 +1341,41 @@ async fn an_error_body_names_the_problem_without_echoing_megabytes_of_input() {
     );
     assert_eq!(h.log_len().await, 0);
 }
+
+#[tokio::test]
+async fn an_event_too_large_for_a_log_record_is_refused_and_nothing_is_appended() {
+    let h = Harness::new().await;
+    let mut start = session_started("e1", "s1");
+    start["payload"]["system_prompt"] = json!("p".repeat(strata_codec::MAX_RECORD_BYTES + 1));
+    let (status, resp) = h
+        .post_json(&h.acme, &json!([prompt("e0", "s1"), start]))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        &resp.to_string()[..300]
+    );
+    let first = &resp["error"]["details"]["events"][0];
+    assert_eq!(first["index"], 1);
+    assert!(
+        first["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("as a log record, more than"),
+        "{first}"
+    );
+    assert_eq!(h.log_len().await, 0);
+    // The session head was released: the same events, made small, are accepted as seq 1 and 2.
+    let (status, resp) = h
+        .post_json(
+            &h.acme,
+            &json!([prompt("e0", "s1"), session_started("e1", "s1")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(
+        outcomes(&resp),
+        vec![("accepted".to_owned(), 1), ("accepted".to_owned(), 2)]
+    );
+}
