@@ -101,6 +101,10 @@ pub struct Memory {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_seq: Option<u64>,
     pub scope: Scope,
+    /// The platform's end user a `user`-scoped memory belongs to (the `user_id` of its
+    /// session's `SessionStarted`). A user memory without one is never retrieved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
     /// `tool_memory`, `file_change`, `user_preference`, `hypothesis`.
     pub kind: String,
     /// Tool family of a tool memory (`test_runner`, `shell`, `file_read`, `search`, `http`,
@@ -966,6 +970,8 @@ pub struct MemoryEngine {
     extractors: Vec<Box<dyn Extractor>>,
     /// (tenant, session) → project.
     projects: BTreeMap<(String, String), String>,
+    /// (tenant, session) → the platform's end user it serves, when it says.
+    users: BTreeMap<(String, String), String>,
     /// (tenant, session) → how its unlabelled outputs are classed.
     privacy: BTreeMap<(String, String), crate::privacy::PrivacyDefaults>,
     /// (tenant, session, tool_call_id) → the call.
@@ -1020,6 +1026,7 @@ impl MemoryEngine {
             extractors,
             projects: BTreeMap::new(),
             privacy: BTreeMap::new(),
+            users: BTreeMap::new(),
             open_calls: BTreeMap::new(),
             index: BTreeMap::new(),
             known: Default::default(),
@@ -1056,6 +1063,9 @@ impl MemoryEngine {
                 );
                 self.privacy
                     .insert((tenant.clone(), session.clone()), privacy);
+                if let Some(user) = user_of_start(p) {
+                    self.users.insert((tenant.clone(), session.clone()), user);
+                }
                 self.projects.insert((tenant, session), project);
                 vec![]
             }
@@ -1223,6 +1233,7 @@ impl MemoryEngine {
             branch_id: event.branch_id.clone(),
             source_seq: event.seq,
             scope: e.scope,
+            user_id: None,
             kind: if basis.starts_with("tool") {
                 if e.family == "file_change" {
                     "file_change".into()
@@ -1443,10 +1454,24 @@ impl MemoryEngine {
             "user_statement",
             None,
         );
-        m.promotion_reason = Some(format!(
-            "{REMEMBER_RULE}: the user asked for it to be remembered in event {}",
-            event.event_id
-        ));
+        let user = self
+            .users
+            .get(&(event.tenant_id.clone(), event.session_id.clone()))
+            .cloned();
+        match user {
+            Some(user) => {
+                m.user_id = Some(user);
+                m.promotion_reason = Some(format!(
+                    "{REMEMBER_RULE}: the user asked for it to be remembered in event {}",
+                    event.event_id
+                ));
+            }
+            // Whose preference it is cannot be told: it stays with this session.
+            None => {
+                m.scope = Scope::Session;
+                m.promotion_reason = None;
+            }
+        }
         self.record(m)
     }
 
@@ -1506,6 +1531,18 @@ fn supersede(old: &str, new: &str, reason: &str) -> Derived {
     }
 }
 
+/// The platform's end user a session serves: `user_id` of its `SessionStarted`, if a non-empty
+/// string.
+pub fn user_of_start(start: &crate::payload::SessionStarted) -> Option<String> {
+    start
+        .extra
+        .get("user_id")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+}
+
 /// The project a session's memories are filed under: `project_id` of its `SessionStarted`, else
 /// its repo root, else its working directory, else the session itself. The extractor files them
 /// so and the snapshot finds them so, before the session has recorded any of its own.
@@ -1529,6 +1566,7 @@ pub fn retrievable(
     project: &str,
     session: &str,
     participant: &str,
+    user: Option<&str>,
 ) -> bool {
     if m.tenant_id != tenant {
         return false;
@@ -1539,8 +1577,10 @@ pub fn retrievable(
                 && (m.visibility != Visibility::Participant || m.owner_participant == participant)
         }
         Scope::Project | Scope::Workspace => m.project_id == project,
-        // A user-scoped preference follows the user across their projects of this tenant.
-        Scope::User | Scope::Global => true,
+        // A user-scoped preference follows its user across their sessions and projects of
+        // this tenant, and no one else: a viewer or a memory without a user gets none.
+        Scope::User => m.user_id.is_some() && m.user_id.as_deref() == user,
+        Scope::Global => true,
     }
 }
 
@@ -1781,7 +1821,11 @@ mod tests {
     #[test]
     fn guesses_stay_in_session_and_remember_needs_the_rule() {
         let mut e = MemoryEngine::default();
-        e.observe(&start("s", "p"));
+        let mut started = start("s", "p");
+        if let Payload::SessionStarted(p) = &mut started.payload {
+            p.extra.insert("user_id".into(), json!("alice"));
+        }
+        e.observe(&started);
         let d = e.observe(&ev(
             "m1",
             "s",
@@ -1803,11 +1847,28 @@ mod tests {
         ));
         let u = &memories(&d)[0];
         assert_eq!(u.scope, Scope::User);
+        assert_eq!(u.user_id.as_deref(), Some("alice"));
         assert!(u
             .promotion_reason
             .as_deref()
             .unwrap()
             .starts_with(REMEMBER_RULE));
+        // Alice's preference is hers: not another user's, nor a session that names no user.
+        assert!(retrievable(u, "t", "q", "s9", "agent", Some("alice")));
+        assert!(!retrievable(u, "t", "q", "s9", "agent", Some("bob")));
+        assert!(!retrievable(u, "t", "q", "s9", "agent", None));
+        // A session that names no end user keeps "remember" to itself.
+        e.observe(&start("anon", "p"));
+        let d = e.observe(&ev(
+            "u9",
+            "anon",
+            "2026-06-03T10:01:00Z",
+            "UserPromptSubmitted",
+            json!({"message_id": "u9", "text": "Remember: answer in French"}),
+        ));
+        let anon = &memories(&d)[0];
+        assert_eq!(anon.scope, Scope::Session);
+        assert!(anon.user_id.is_none() && anon.promotion_reason.is_none());
         // Plain prompts and recalled memories are not memories.
         assert!(e
             .observe(&ev(
@@ -1951,18 +2012,18 @@ mod tests {
             false,
         ))[0]
             .clone();
-        assert!(retrievable(guess, "t", "alpha", "s1", "agent"));
-        assert!(!retrievable(guess, "t", "beta", "s2", "agent"));
+        assert!(retrievable(guess, "t", "alpha", "s1", "agent", None));
+        assert!(!retrievable(guess, "t", "beta", "s2", "agent", None));
         assert!(
-            !retrievable(guess, "t", "alpha", "s3", "agent"),
+            !retrievable(guess, "t", "alpha", "s3", "agent", None),
             "a guess stays in its session"
         );
         assert!(
-            retrievable(&api, "t", "alpha", "s3", "agent"),
+            retrievable(&api, "t", "alpha", "s3", "agent", None),
             "project facts reach the project"
         );
-        assert!(!retrievable(&api, "t", "beta", "s2", "agent"));
-        assert!(!retrievable(&api, "other", "alpha", "s1", "agent"));
+        assert!(!retrievable(&api, "t", "beta", "s2", "agent", None));
+        assert!(!retrievable(&api, "other", "alpha", "s1", "agent", None));
         // The same call in another project does not supersede.
         let other = memories(&call(
             &mut e,

@@ -184,6 +184,13 @@ impl Payload {
                 if let Err(e) = crate::privacy::PrivacyDefaults::of_start(p) {
                     errors.push(e);
                 }
+                match p.extra.get("user_id") {
+                    None | Some(Value::Null) | Some(Value::String(_)) => {}
+                    Some(_) => errors.push(FieldError::new(
+                        "payload.user_id",
+                        "expected a string: the platform's id of the end user the session serves",
+                    )),
+                }
             }
             Payload::MemoryRecorded(p) if p.source_refs.is_empty() => {
                 errors.push(FieldError::new(

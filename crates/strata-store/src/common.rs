@@ -483,8 +483,16 @@ where
 
     // Governed memory: the project, the candidates, the latest successful compaction of the
     // branch, and the snapshot's clock.
-    let project_id = session_project(pool, stored, tenant, session, &info).await?;
-    let memories = snapshot_memories(pool, stored, tenant, session, project_id.as_deref()).await?;
+    let (project_id, user_id) = session_project(pool, stored, tenant, session, &info).await?;
+    let memories = snapshot_memories(
+        pool,
+        stored,
+        tenant,
+        session,
+        project_id.as_deref(),
+        user_id.as_deref(),
+    )
+    .await?;
     let Statement { sql, args } = {
         let mut q =
             Statement::for_session("SELECT record FROM compactions", stored, tenant, session);
@@ -544,6 +552,7 @@ where
         transcript_tokens: branch_fold.transcript_tokens,
         orphan_results: fold.orphan_results,
         project_id,
+        user_id,
         memories,
         compaction,
         as_of,
@@ -559,14 +568,14 @@ const SNAPSHOT_SHARED_MEMORIES: i64 = 500;
 
 /// The project a session's memories are filed under, derived from its `SessionStarted` as the
 /// memory extractor derives it (so project memories are found before the session has recorded
-/// one of its own); failing that, the project of its own memories.
+/// one of its own), failing that the project of its own memories; and the end user it serves.
 async fn session_project<DB>(
     pool: &Pool<DB>,
     stored: StoredText,
     tenant: &str,
     session: &str,
     info: &SessionInfo,
-) -> Result<Option<String>>
+) -> Result<(Option<String>, Option<String>)>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -585,7 +594,10 @@ where
         if let Some(r) = sqlx::query_with(&sql, args).fetch_optional(pool).await? {
             let event: strata_core::Event = parse_json(&r.get::<String, _>(0), "event body")?;
             if let strata_core::payload::Payload::SessionStarted(p) = &event.payload {
-                return Ok(Some(strata_core::memory::project_of_start(p, session)));
+                return Ok((
+                    Some(strata_core::memory::project_of_start(p, session)),
+                    strata_core::memory::user_of_start(p),
+                ));
             }
         }
     }
@@ -595,14 +607,16 @@ where
         q.push(" AND project_id IS NOT NULL ORDER BY seq LIMIT 1");
         q
     };
-    Ok(sqlx::query_with(&sql, args)
+    let project = sqlx::query_with(&sql, args)
         .fetch_optional(pool)
         .await?
-        .map(|r| r.get::<String, _>(0)))
+        .map(|r| r.get::<String, _>(0));
+    Ok((project, None))
 }
 
 /// The memories a snapshot offers, oldest first: the session's newest, then the newest shared
-/// ones of its tenant (user and global scope, and project/workspace scope of its project) by
+/// ones of its tenant (global scope, user scope of its end user, project/workspace scope of its
+/// project) by
 /// when they were observed. Newest, not oldest: on a long run the recent ones are the useful
 /// ones, and the policy ranks what it is given.
 async fn snapshot_memories<DB>(
@@ -611,6 +625,7 @@ async fn snapshot_memories<DB>(
     tenant: &str,
     session: &str,
     project: Option<&str>,
+    user: Option<&str>,
 ) -> Result<Vec<Memory>>
 where
     DB: Database,
@@ -626,7 +641,12 @@ where
         q.bind(stored(tenant).into_owned())
             .push(" AND session_id <> ")
             .bind(stored(session).into_owned())
-            .push(" AND (scope IN ('user', 'global')");
+            .push(" AND (scope = 'global'");
+        if let Some(u) = user {
+            q.push(" OR (scope = 'user' AND user_id = ")
+                .bind(stored(u).into_owned())
+                .push(")");
+        }
         if let Some(p) = project {
             q.push(" OR (scope IN ('project', 'workspace') AND project_id = ")
                 .bind(stored(p).into_owned())

@@ -1290,7 +1290,7 @@ fn memory_session(
         "SessionStarted",
         json!({"model": {"provider": "openai", "model": "gpt-4o"},
             "context_window_tokens": 128000, "reserved_output_tokens": 8000,
-            "project_id": project}),
+            "project_id": project, "user_id": "u1"}),
     );
     push_with_memory(
         &mut feed,
@@ -1336,6 +1336,15 @@ async fn snapshot_memories_and_compaction(backend: Arc<Backend>) {
     let mut a2 = memory_session(&mut engine, "acme", "a2", "alpha", "closed");
     let mut b1 = memory_session(&mut engine, "acme", "b1", "beta", "closed");
     let mut x1 = memory_session(&mut engine, "other", "x1", "alpha", "closed");
+    let mut other_user = Feed::new("acme", "a9", 0);
+    push_with_memory(
+        &mut other_user,
+        &mut engine,
+        "SessionStarted",
+        json!({"model": {"provider": "openai", "model": "gpt-4o"},
+            "context_window_tokens": 128000, "reserved_output_tokens": 8000,
+            "project_id": "alpha", "user_id": "u2"}),
+    );
     // A failed compaction, then a successful one: only the latter stands.
     for (id, status) in [("cmp_ok", "completed"), ("cmp_failed", "failed")] {
         let record = json!({"compaction_id": id, "tenant_id": "acme", "session_id": "a1",
@@ -1359,7 +1368,13 @@ async fn snapshot_memories_and_compaction(backend: Arc<Backend>) {
         );
     }
     store
-        .commit_batch(batch(&mut [&mut a1, &mut a2, &mut b1, &mut x1]))
+        .commit_batch(batch(&mut [
+            &mut a1,
+            &mut a2,
+            &mut b1,
+            &mut x1,
+            &mut other_user,
+        ]))
         .await
         .unwrap();
 
@@ -1401,6 +1416,15 @@ async fn snapshot_memories_and_compaction(backend: Arc<Backend>) {
     );
     let got = ids(&snapshot(store, &x1, "main", 100).await);
     assert!(got.iter().all(|(s, _, _)| s == "x1"), "{got:?}");
+    // Another end user of the same tenant and project never gets u1's preference.
+    let snap = snapshot(store, &other_user, "main", 100).await;
+    assert_eq!(snap.user_id.as_deref(), Some("u2"));
+    let got = ids(&snap);
+    assert!(
+        !got.iter().any(|(_, k, _)| k == "user_preference"),
+        "{got:?}"
+    );
+    assert!(got.iter().any(|(s, k, _)| s == "a1" && k == "tool_memory"));
     // The latest successful compaction, not the later failed one.
     let snap = snapshot(store, &a1, "main", 100).await;
     assert_eq!(

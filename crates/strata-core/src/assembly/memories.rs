@@ -57,6 +57,7 @@ pub(super) fn select_memories(
             &project,
             &snapshot.session_id,
             &snapshot.participant_id,
+            snapshot.user_id.as_deref(),
         ) {
             let reason = if m.tenant_id == snapshot.tenant_id
                 && m.session_id == snapshot.session_id
@@ -177,6 +178,7 @@ pub(super) fn select_memories(
                             &project,
                             &snapshot.session_id,
                             &snapshot.participant_id,
+                            snapshot.user_id.as_deref(),
                         )
                 })
                 .map(|o| o.memory_id.clone()),

@@ -240,6 +240,10 @@ pub struct Snapshot {
     /// The project the session belongs to (memories of other projects never reach it).
     #[serde(default)]
     pub project_id: Option<String>,
+    /// The platform's end user the session serves (`user_id` of its `SessionStarted`): whose
+    /// user-scoped memories it may see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
     /// Memory candidates: the session's own and the project's and user's (superseded ones
     /// included, with `superseded_by`, so that their omission is recorded).
     #[serde(default)]
@@ -2018,6 +2022,7 @@ fn call_notes<'a>(snapshot: &'a Snapshot, gate: Gate) -> CallNotes<'a> {
                 &project,
                 &snapshot.session_id,
                 &snapshot.participant_id,
+                snapshot.user_id.as_deref(),
             )
         {
             continue;
