@@ -26,6 +26,7 @@ pub(crate) fn print_context(assembled: &Rendered, as_json: bool) -> anyhow::Resu
         let (role, text) = match m {
             BundleMessage::System { text } => ("system", text.clone()),
             BundleMessage::User { text } => ("user", text.clone()),
+            BundleMessage::Data { source, text } => ("data", format!("[{source}] {text}")),
             BundleMessage::Assistant { text, tool_calls } => (
                 "assistant",
                 if tool_calls.is_empty() {

@@ -252,6 +252,23 @@ fn under_the_cap_memories_of_the_files_in_play_come_first_then_the_newest() {
         .collect();
     let text = serde_json::to_string(&a.messages).unwrap();
     assert_eq!(included.len(), 24, "{included:?}");
+    // Memories are retrieved content: quoted data, never system instructions.
+    use strata_core::assembly::BundleMessage;
+    let (data, system): (Vec<_>, Vec<_>) = a
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            BundleMessage::Data { source, text } => Some((Some(source.as_str()), text)),
+            BundleMessage::System { text } => Some((None, text)),
+            _ => None,
+        })
+        .partition(|(source, _)| source.is_some());
+    assert_eq!(data.len(), 24);
+    assert!(data.iter().all(|(s, _)| *s == Some("memory")));
+    assert!(
+        !system.iter().any(|(_, t)| t.contains("[memory ")),
+        "{system:?}"
+    );
     assert!(
         text.contains("rounds half-even"),
         "the oldest, but relevant"

@@ -13,6 +13,9 @@ pub fn openai(model: &str, messages: &[BundleMessage], tools: &[ToolSpec]) -> Va
         out.push(match m {
             BundleMessage::System { text } => json!({"role": "system", "content": text}),
             BundleMessage::User { text } => json!({"role": "user", "content": text}),
+            // Retrieved content speaks with the user's turn, quoted, never as the system.
+            BundleMessage::Data { source, text } => json!({"role": "user",
+                "content": BundleMessage::data_envelope(source, text)}),
             BundleMessage::Assistant { text, tool_calls } => {
                 let mut msg = Map::new();
                 msg.insert("role".into(), "assistant".into());
@@ -81,6 +84,11 @@ pub fn anthropic(
         match m {
             BundleMessage::System { text } => system.push(text.as_str()),
             BundleMessage::User { text } => push("user", json!({"type": "text", "text": text})),
+            // Never folded into `system`: retrieved content is quoted data of the user's turn.
+            BundleMessage::Data { source, text } => push(
+                "user",
+                json!({"type": "text", "text": BundleMessage::data_envelope(source, text)}),
+            ),
             BundleMessage::Assistant { text, tool_calls } => {
                 if !text.is_empty() {
                     push("assistant", json!({"type": "text", "text": text}));

@@ -582,6 +582,9 @@ pub fn context_text(a: &Assembled) -> String {
     for m in &a.messages {
         match m {
             BundleMessage::System { text } | BundleMessage::User { text } => out.push_str(text),
+            BundleMessage::Data { source, text } => {
+                out.push_str(&BundleMessage::data_envelope(source, text))
+            }
             BundleMessage::Assistant { text, tool_calls } => {
                 out.push_str(text);
                 for c in tool_calls {

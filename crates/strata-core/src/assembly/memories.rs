@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use super::{BundleMessage, Gate, Omission, OmissionReason, Snapshot, Tier, Unit};
+use super::{Gate, Omission, OmissionReason, Snapshot, Tier, Unit};
 use crate::memory::Memory;
-use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
+use crate::tokens::TokenCounter;
 
 /// At most this many memories are offered to the budget.
 const MAX_MEMORIES: usize = 24;
@@ -194,14 +194,15 @@ pub(super) fn select_memories(
         if !m.supersedes.is_empty() {
             reason.push_str(&format!(", successor of {}", m.supersedes.join(", ")));
         }
+        let (message, memory_tokens) = super::data_message("memory", text, tokens);
         units.push(Unit {
             kind: "memory",
             tier: Tier::P2,
             reason,
             sources: m.source_refs.clone(),
             rendering: "memory",
-            tokens: tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS,
-            messages: vec![BundleMessage::System { text }],
+            tokens: memory_tokens,
+            messages: vec![message],
             protected: false,
             order: (1, 1, i as u32),
         });
