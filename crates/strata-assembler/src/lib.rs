@@ -56,6 +56,9 @@ pub struct AssemblerOptions {
     pub confidential_providers: BTreeMap<String, BTreeSet<Provider>>,
     /// Most raw bytes rehydrated into one context.
     pub rehydrate_max_bytes: u64,
+    /// The context size to aim for when a request names none (see
+    /// [`AssemblyRequest::target_tokens`]); `None`: the policy's own sizes.
+    pub target_tokens: Option<u64>,
 }
 
 impl Default for AssemblerOptions {
@@ -67,6 +70,7 @@ impl Default for AssemblerOptions {
             projector_group: strata_runtime::PROJECTOR_GROUP.into(),
             confidential_providers: BTreeMap::new(),
             rehydrate_max_bytes: strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES,
+            target_tokens: None,
         }
     }
 }
@@ -100,6 +104,10 @@ pub struct ContextRequest {
     /// Record the full per-candidate trace with the assembly (default: the compact record).
     #[serde(default)]
     pub trace: bool,
+    /// The context size to aim for, below the budget: lower trades recall for cost (default: the
+    /// deployment's `STRATA_TARGET_TOKENS`, else the policy's own sizes).
+    #[serde(default)]
+    pub target_tokens: Option<u64>,
 }
 
 /// The assembly policy settings of a deployment, as flags and environment (shared by the
@@ -113,6 +121,10 @@ pub struct PolicyOpts {
     /// Most raw artifact bytes rehydrated into one context.
     #[arg(long, global = true, env = "STRATA_REHYDRATE_MAX_BYTES", default_value_t = strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES)]
     pub rehydrate_max_bytes: u64,
+    /// The context size to aim for when a request names none (tokens; lower trades recall for
+    /// cost). Unset: the policy's own sizes.
+    #[arg(long, global = true, env = "STRATA_TARGET_TOKENS")]
+    pub target_tokens: Option<u64>,
 }
 
 impl Default for PolicyOpts {
@@ -120,6 +132,7 @@ impl Default for PolicyOpts {
         Self {
             confidential_providers: BTreeMap::new(),
             rehydrate_max_bytes: strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES,
+            target_tokens: None,
         }
     }
 }
@@ -130,6 +143,7 @@ impl PolicyOpts {
         AssemblerOptions {
             confidential_providers: self.confidential_providers.clone(),
             rehydrate_max_bytes: self.rehydrate_max_bytes,
+            target_tokens: self.target_tokens,
             ..options
         }
     }
@@ -325,6 +339,7 @@ impl Assembler {
                 .is_some_and(|allowed| allowed.contains(&provider)),
             rehydrate: request.rehydrate.clone(),
             rehydrate_max_bytes: self.options.rehydrate_max_bytes,
+            target_tokens: request.target_tokens.or(self.options.target_tokens),
             ..AssemblyRequest::default()
         };
         assembly_request.rehydrated = self

@@ -58,6 +58,10 @@ pub(crate) struct EvalArgs {
     /// Leave out the per-session rows (totals only).
     #[arg(long)]
     totals_only: bool,
+    /// The cost/recall curve: evaluate once under the policy's own sizes and once aiming at each
+    /// of these context sizes (tokens, comma-separated), and print one row per target.
+    #[arg(long, value_delimiter = ',', value_name = "TOKENS")]
+    targets: Vec<u64>,
 }
 
 pub(crate) fn policy_by_version(v: &str) -> anyhow::Result<AssemblyPolicy> {
@@ -88,37 +92,10 @@ pub(crate) async fn run(opts: &BackendOpts, args: &EvalArgs) -> anyhow::Result<(
         ..EvalOptions::default()
     };
     let show_progress = std::io::stderr().is_terminal() && !args.json;
-    let mut sink = progress_line;
-    let progress: Option<&mut (dyn FnMut(Progress) + Send)> =
-        show_progress.then_some(&mut sink as &mut (dyn FnMut(Progress) + Send));
-    let report = if !args.files.is_empty() {
-        eval_files(args, &options, show_progress).await?
-    } else if args.from_archive {
-        let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
-        let events = archived_events(&blobs).await?;
-        strata_replay::eval(
-            ReplaySource::Events(events),
-            "archive",
-            Some(&blobs),
-            &options,
-            progress,
-        )
-        .await?
-    } else {
-        let (log, _lock) = open_log(opts, "strata eval").await?;
-        let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
-        strata_replay::eval(
-            ReplaySource::Log(log.as_ref()),
-            "log",
-            Some(&blobs),
-            &options,
-            progress,
-        )
-        .await?
-    };
-    if show_progress {
-        eprintln!();
+    if !args.targets.is_empty() {
+        return curve(opts, args, options, show_progress).await;
     }
+    let report = evaluate(opts, args, &options, show_progress).await?;
     if let Some(path) = &args.report {
         write_points(path, &report)?;
     }
@@ -131,6 +108,119 @@ pub(crate) async fn run(opts: &BackendOpts, args: &EvalArgs) -> anyhow::Result<(
         println!("call points written to {}", path.display());
     }
     Ok(())
+}
+
+/// The cost/recall curve: one evaluation per target, the policy's own sizes first.
+async fn curve(
+    opts: &BackendOpts,
+    args: &EvalArgs,
+    options: EvalOptions,
+    show_progress: bool,
+) -> anyhow::Result<()> {
+    let mut rows: Vec<(Option<u64>, EvalReport)> = Vec::new();
+    for target in std::iter::once(None).chain(args.targets.iter().copied().map(Some)) {
+        if show_progress {
+            eprintln!(
+                "target {}:",
+                target.map_or("the policy's own".to_owned(), |t| t.to_string())
+            );
+        }
+        let options = EvalOptions {
+            target_tokens: target,
+            ..options.clone()
+        };
+        rows.push((target, evaluate(opts, args, &options, show_progress).await?));
+    }
+    if args.json {
+        let curve: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(target, r)| {
+                serde_json::json!({"target_tokens": target, "policy": r.policy,
+                    "totals": totals_json(&r.totals)})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "curve": curve }))?
+        );
+        return Ok(());
+    }
+    print!("{}", curve_table(&rows));
+    Ok(())
+}
+
+fn curve_table(rows: &[(Option<u64>, EvalReport)]) -> String {
+    let mut out = String::new();
+    let Some((_, first)) = rows.first() else {
+        return out;
+    };
+    let t = &first.totals;
+    out.push_str(&format!(
+        "Cost/recall curve, policy {} ({} call points; transcript replay {} tokens/point; \
+         last-{} observations {} fewer, recall {}):\n",
+        first.policy,
+        t.points,
+        t.transcript.tokens / t.points.max(1),
+        strata_eval::DEFAULT_LAST_N,
+        pct(t.reduction(&t.last_n)),
+        pct(t.recall(&t.last_n)),
+    ));
+    out.push_str(&format!(
+        "{:<16} {:>14} {:>22} {:>16}\n",
+        "target", "tokens/point", "fewer than transcript", "evidence recall"
+    ));
+    for (target, r) in rows {
+        let t = &r.totals;
+        out.push_str(&format!(
+            "{:<16} {:>14} {:>22} {:>16}\n",
+            target.map_or("policy's own".to_owned(), |n| n.to_string()),
+            t.strata.tokens / t.points.max(1),
+            pct(t.reduction(&t.strata)),
+            pct(t.recall(&t.strata)),
+        ));
+    }
+    out
+}
+
+/// One evaluation of the sessions `args` names, under `options`.
+async fn evaluate(
+    opts: &BackendOpts,
+    args: &EvalArgs,
+    options: &EvalOptions,
+    show_progress: bool,
+) -> anyhow::Result<EvalReport> {
+    let mut sink = progress_line;
+    let progress: Option<&mut (dyn FnMut(Progress) + Send)> =
+        show_progress.then_some(&mut sink as &mut (dyn FnMut(Progress) + Send));
+    let report = if !args.files.is_empty() {
+        eval_files(args, options, show_progress).await?
+    } else if args.from_archive {
+        let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
+        let events = archived_events(&blobs).await?;
+        strata_replay::eval(
+            ReplaySource::Events(events),
+            "archive",
+            Some(&blobs),
+            options,
+            progress,
+        )
+        .await?
+    } else {
+        let (log, _lock) = open_log(opts, "strata eval").await?;
+        let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
+        strata_replay::eval(
+            ReplaySource::Log(log.as_ref()),
+            "log",
+            Some(&blobs),
+            options,
+            progress,
+        )
+        .await?
+    };
+    if show_progress {
+        eprintln!();
+    }
+    Ok(report)
 }
 
 async fn archived_events(blobs: &strata_blob::BlobStore) -> anyhow::Result<Vec<Event>> {

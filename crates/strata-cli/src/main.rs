@@ -274,6 +274,8 @@ impl ContextArgs {
             policy: self.policy.clone(),
             rehydrate: self.rehydrate.clone(),
             trace: self.trace,
+            // `--target-tokens` is the deployment-wide policy setting (PolicyOpts).
+            target_tokens: None,
         }
     }
 }

@@ -318,3 +318,54 @@ fn a_short_session_sent_whole_gets_no_restatement_of_itself() {
         .iter()
         .any(|s| s.kind == "task_state"));
 }
+
+#[test]
+fn a_target_trades_size_for_recall_in_both_directions_and_is_recorded() {
+    let snapshot = long_turn();
+    let policy = AssemblyPolicy::by_version(POLICY_VERSION_STEPS).unwrap();
+    let at = |target: Option<u64>| {
+        let request = AssemblyRequest {
+            target_tokens: target,
+            ..AssemblyRequest::default()
+        };
+        assemble_with_policy(&snapshot, &request, &policy, &O200k)
+    };
+    let own = at(None);
+    let small = at(Some(4_000));
+    let large = at(Some(60_000));
+    let (own_t, small_t, large_t) = (
+        own.assembly.context_tokens,
+        small.assembly.context_tokens,
+        large.assembly.context_tokens,
+    );
+    assert!(
+        small_t < own_t && own_t < large_t,
+        "{small_t} {own_t} {large_t}"
+    );
+    // A target is a size to aim at, never a reason to drop what is protected.
+    assert!(small_t <= 4_000 + 1_500, "{small_t}");
+    assert!(small
+        .assembly
+        .included
+        .iter()
+        .any(|s| s.kind == "pending_tool_calls"));
+    assert!(large_t <= 60_000);
+    assert_eq!(small.assembly.target_tokens, Some(4_000));
+    assert_eq!(own.assembly.target_tokens, None);
+    // Pairs stay whole and the answer is deterministic at any target.
+    assert_eq!(text_of(&small), text_of(&at(Some(4_000))));
+    for a in [&small, &large] {
+        let mut called: Vec<&str> = Vec::new();
+        for m in &a.messages {
+            match m {
+                BundleMessage::Assistant { tool_calls, .. } => {
+                    called.extend(tool_calls.iter().map(|c| c.id.as_str()));
+                }
+                BundleMessage::Tool { tool_call_id, .. } => {
+                    assert!(called.contains(&tool_call_id.as_str()), "{tool_call_id}");
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -46,6 +46,8 @@ pub struct EvalOptions {
     pub policy: Option<AssemblyPolicy>,
     /// Token budget of every assembly (default: the recorded one, or the window).
     pub budget: Option<u64>,
+    /// The size every assembly aims for (default: the recorded target, or none).
+    pub target_tokens: Option<u64>,
     /// N of the last-N-observations baseline.
     pub last_n: usize,
     /// Tool outputs over this many bytes become artifacts, as ingest does (the live log's
@@ -63,6 +65,7 @@ impl Default for EvalOptions {
             selection: Selection::default(),
             policy: None,
             budget: None,
+            target_tokens: None,
             last_n: strata_eval::DEFAULT_LAST_N,
             artifact_threshold: 8 * 1024,
             keep_points: false,
@@ -313,8 +316,11 @@ impl<'a> Evaluator<'a> {
             self.report.skipped_points += 1;
             return Ok(());
         };
-        let (mut request, recorded_policy) =
-            recorded_request(run.recorded.get(&event.branch_id), self.options.budget);
+        let (mut request, recorded_policy) = recorded_request(
+            run.recorded.get(&event.branch_id),
+            self.options.budget,
+            self.options.target_tokens,
+        );
         // What the assembler reads from blob storage for the rehydrations its plan admits.
         let policy = self.options.policy.unwrap_or(recorded_policy);
         for d in rehydration_plan_with_policy(&snapshot, &request, &policy)
@@ -371,6 +377,7 @@ impl<'a> Evaluator<'a> {
 pub(crate) fn recorded_request(
     recorded: Option<&ContextAssembly>,
     budget: Option<u64>,
+    target_tokens: Option<u64>,
 ) -> (AssemblyRequest, AssemblyPolicy) {
     let mut request = AssemblyRequest {
         provider: Provider::Openai,
@@ -381,12 +388,16 @@ pub(crate) fn recorded_request(
         request.provider = rec.provider;
         request.budget = Some(rec.budget_tokens);
         request.confidential_allowed = rec.confidential_allowed;
+        request.target_tokens = rec.target_tokens;
         if let Some(p) = AssemblyPolicy::by_version(&rec.policy_version) {
             policy = p;
         }
     }
     if budget.is_some() {
         request.budget = budget;
+    }
+    if target_tokens.is_some() {
+        request.target_tokens = target_tokens;
     }
     (request, policy)
 }

@@ -403,7 +403,7 @@ async fn call_point(
         ),
         _ => (None, None),
     };
-    let (request, recorded_policy) = recorded_request(recorded.as_ref(), options.budget);
+    let (request, recorded_policy) = recorded_request(recorded.as_ref(), options.budget, None);
     let base_bundle = assemble_with_policy(&snapshot, &request, &recorded_policy, &O200k);
     let cand_bundle = options
         .policy

@@ -341,6 +341,7 @@ pub async fn assemble(scenario: &Scenario) -> Result<Assembled> {
     let policy = PolicyOpts {
         confidential_providers: scenario.expect.confidential_providers.clone(),
         rehydrate_max_bytes: strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES,
+        target_tokens: None,
     };
     let assembler = Assembler::new(
         backends.clone(),

@@ -345,6 +345,11 @@ pub struct AssemblyRequest {
     /// Most raw bytes rehydrated into one context.
     #[serde(default = "default_rehydrate_max_bytes")]
     pub rehydrate_max_bytes: u64,
+    /// The size the caller aims for, below the budget: selection stops there (what is protected
+    /// still goes), and under the long-turn policy the verbatim working set takes up to half of
+    /// it. Lower trades recall for cost, higher the other way; `None`: the policy's own sizes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_tokens: Option<u64>,
 }
 
 /// Default byte budget of raw rehydration.
@@ -365,6 +370,7 @@ impl Default for AssemblyRequest {
             rehydrate: Vec::new(),
             rehydrated: BTreeMap::new(),
             rehydrate_max_bytes: DEFAULT_REHYDRATE_MAX_BYTES,
+            target_tokens: None,
         }
     }
 }
@@ -407,6 +413,9 @@ pub struct ContextAssembly {
     pub tokenizer: String,
     pub snapshot_seq: u64,
     pub budget_tokens: u64,
+    /// The target the caller aimed for ([`AssemblyRequest::target_tokens`]), when it set one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_tokens: Option<u64>,
     pub context_tokens: u64,
     pub transcript_tokens: u64,
     /// Whether P0 content alone exceeded the budget (it is never dropped).
@@ -978,6 +987,8 @@ pub fn assemble_with_policy(
     } else {
         budget
     };
+    let (budget, tuned) = aim_at_target(budget, policy, request.target_tokens);
+    let policy = &tuned;
 
     let gate = Gate {
         provider: request.provider,
@@ -1624,6 +1635,7 @@ pub fn assemble_with_policy(
             tokenizer: tokens.name().into(),
             snapshot_seq: snapshot.head_seq,
             budget_tokens: budget,
+            target_tokens: request.target_tokens,
             context_tokens,
             transcript_tokens: snapshot.transcript_tokens,
             over_budget: context_tokens > budget,
@@ -1641,6 +1653,29 @@ pub fn assemble_with_policy(
         messages,
         tools: snapshot.tools.clone(),
         max_output_tokens: snapshot.reserved_output_tokens,
+    }
+}
+
+/// The budget and policy an assembly aiming at `target` tokens runs under: the budget no more
+/// than the target, and under aging a verbatim working set of up to half of it.
+fn aim_at_target(
+    budget: u64,
+    policy: &AssemblyPolicy,
+    target: Option<u64>,
+) -> (u64, AssemblyPolicy) {
+    match target {
+        None => (budget, *policy),
+        Some(t) => (
+            budget.min(t.max(1)),
+            AssemblyPolicy {
+                verbatim_step_tokens: if policy.aged_steps_after.is_some() {
+                    t / 2
+                } else {
+                    policy.verbatim_step_tokens
+                },
+                ..*policy
+            },
+        ),
     }
 }
 
