@@ -372,3 +372,62 @@ fn eval_reads_back_the_artifacts_a_rehydration_admits_as_the_assembler_does() {
     assert!(last["evidence"].as_u64().expect("evidence") >= 1, "{last}");
     assert_eq!(last["missing"], serde_json::json!([]), "{last}");
 }
+
+#[test]
+fn eval_targets_print_the_cost_recall_curve_one_row_per_target() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let coding = scenario("cli_coding_agent_compaction");
+    let coding = coding.to_str().expect("utf-8");
+    let out = ok(
+        &data,
+        &[
+            "eval",
+            coding,
+            "--policy",
+            "strata.assembly/4",
+            "--targets",
+            "300,100000",
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let curve = v["curve"].as_array().expect("curve");
+    let targets: Vec<&serde_json::Value> = curve.iter().map(|r| &r["target_tokens"]).collect();
+    assert_eq!(
+        targets,
+        [&serde_json::Value::Null, &300.into(), &100000.into()],
+        "{v}"
+    );
+    let tokens: Vec<u64> = curve
+        .iter()
+        .map(|r| r["totals"]["strata"]["tokens"].as_u64().expect("tokens"))
+        .collect();
+    let points: Vec<u64> = curve
+        .iter()
+        .map(|r| r["totals"]["points"].as_u64().expect("points"))
+        .collect();
+    assert!(
+        points.iter().all(|p| *p == points[0] && *p > 0),
+        "{points:?}"
+    );
+    // A small target sends less than the policy's own sizes; a large one no less.
+    assert!(tokens[1] < tokens[0], "{tokens:?}");
+    assert!(tokens[2] >= tokens[0], "{tokens:?}");
+    let table = ok(
+        &data,
+        &[
+            "eval",
+            coding,
+            "--policy",
+            "strata.assembly/4",
+            "--targets",
+            "300",
+        ],
+    );
+    assert!(table.contains("Cost/recall curve"), "{table}");
+    assert!(
+        table.contains("policy's own") && table.contains("\n300 "),
+        "{table}"
+    );
+}
