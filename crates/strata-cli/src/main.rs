@@ -220,7 +220,38 @@ enum KeysCommand {
         tenant: String,
         #[arg(long, default_value = "cli")]
         label: String,
+        /// Refuse the key after this long: `90d`, `12h`, `30m` or `45s`.
+        #[arg(long, value_parser = parse_lifetime)]
+        expires_in: Option<chrono::Duration>,
     },
+    /// List the keys (their ids, never the keys), of one tenant or all.
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+        /// One JSON object per key, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a key by its id (`strata keys list`): refused from now on, and never registered
+    /// again (a `strata dev` restart replaces a revoked dev key with a new one).
+    Revoke { key_id: String },
+}
+
+/// A key lifetime: a whole number and a unit, `d`, `h`, `m` or `s`.
+fn parse_lifetime(s: &str) -> Result<chrono::Duration, String> {
+    let bad = || format!("{s:?}: expected a whole number and a unit, like 90d, 12h, 30m or 45s");
+    let (n, unit) = s.trim().split_at(s.trim().len().saturating_sub(1));
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "d" => n.checked_mul(86_400),
+        "h" => n.checked_mul(3_600),
+        "m" => n.checked_mul(60),
+        "s" => Some(n),
+        _ => None,
+    }
+    .filter(|s| *s > 0 && *s <= 100 * 365 * 86_400)
+    .ok_or_else(bad)?;
+    Ok(chrono::Duration::seconds(secs))
 }
 
 /// Options of a context request.
@@ -278,6 +309,61 @@ impl ContextArgs {
             target_tokens: None,
         }
     }
+}
+
+async fn keys(opts: &BackendOpts, command: KeysCommand) -> anyhow::Result<()> {
+    let backends = Backends::open(opts, "strata keys").await?;
+    let store = backends.store.as_ref();
+    match command {
+        KeysCommand::Create {
+            tenant,
+            label,
+            expires_in,
+        } => {
+            anyhow::ensure!(
+                strata_core::event::is_tenant_id(&tenant),
+                "invalid tenant {tenant:?}: use 1-64 characters of a-z, A-Z, 0-9, '-' or '_'"
+            );
+            let expires_at = expires_in.map(|d| {
+                (chrono::Utc::now() + d)
+                    .format("%Y-%m-%dT%H:%M:%SZ")
+                    .to_string()
+            });
+            let key =
+                auth::create_expiring_key(store, &tenant, &label, expires_at.as_deref()).await?;
+            println!("{key}");
+        }
+        KeysCommand::List { tenant, json } => {
+            let now = strata_store::now_utc();
+            for k in store.api_keys(tenant.as_deref()).await? {
+                if json {
+                    println!("{}", serde_json::to_string(&k)?);
+                    continue;
+                }
+                let state = match (&k.revoked_at, &k.expires_at) {
+                    (Some(at), _) => format!("revoked {at}"),
+                    (None, Some(at)) if !k.is_live_at(&now) => format!("expired {at}"),
+                    (None, Some(at)) => format!("expires {at}"),
+                    (None, None) => "live".to_owned(),
+                };
+                println!(
+                    "{}  {}  {}  created {}  {state}",
+                    k.key_id, k.tenant_id, k.label, k.created_at
+                );
+            }
+        }
+        KeysCommand::Revoke { key_id } => {
+            let revoked = store
+                .revoke_api_key(&key_id, &strata_store::now_utc())
+                .await?;
+            anyhow::ensure!(
+                revoked,
+                "no live key has id {key_id:?} (see `strata keys list`)"
+            );
+            println!("revoked {key_id}");
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -456,18 +542,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 None => view::print_assembly_record(&record, json),
             }
         }
-        Command::Keys {
-            command: KeysCommand::Create { tenant, label },
-        } => {
-            anyhow::ensure!(
-                strata_core::event::is_tenant_id(&tenant),
-                "invalid tenant {tenant:?}: use 1-64 characters of a-z, A-Z, 0-9, '-' or '_'"
-            );
-            let backends = Backends::open(opts, "strata keys").await?;
-            let key = auth::create_key(backends.store.as_ref(), &tenant, &label).await?;
-            println!("{key}");
-            Ok(())
-        }
+        Command::Keys { command } => keys(opts, command).await,
         Command::Replay(args) => replay::replay(opts, &args).await,
         Command::Rebuild(args) => replay::rebuild(opts, &args, wait).await,
         Command::Eval(args) => eval::run(opts, &args).await,

@@ -1010,3 +1010,64 @@ fn dev_server_locks_the_data_dir_serves_http_and_stops_on_sigterm() {
         "the HTTP events are durable: {live}"
     );
 }
+
+#[test]
+fn keys_are_listed_by_id_revoked_by_id_and_expire() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let key = strata_ok(
+        &data,
+        &["keys", "create", "--tenant", "acme", "--label", "ci"],
+    );
+    let key = key.trim();
+    assert!(key.starts_with("sk_"), "{key}");
+    strata_ok(
+        &data,
+        &[
+            "keys",
+            "create",
+            "--tenant",
+            "acme",
+            "--label",
+            "temp",
+            "--expires-in",
+            "7d",
+        ],
+    );
+    let listed = strata_ok(&data, &["keys", "list", "--tenant", "acme", "--json"]);
+    let keys: Vec<serde_json::Value> = listed
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(keys.len(), 2, "{listed}");
+    assert!(!listed.contains(key), "a listing never shows a key");
+    let ci = keys.iter().find(|k| k["label"] == "ci").expect("ci key");
+    let temp = keys
+        .iter()
+        .find(|k| k["label"] == "temp")
+        .expect("temp key");
+    assert!(
+        ci["expires_at"].is_null() && temp["expires_at"].is_string(),
+        "{listed}"
+    );
+    let id = ci["key_id"].as_str().expect("id");
+    assert_eq!(
+        strata_ok(&data, &["keys", "revoke", id]).trim(),
+        format!("revoked {id}")
+    );
+    let stderr = strata_err(&data, &["keys", "revoke", id]);
+    assert!(stderr.contains("no live key has id"), "{stderr}");
+    let table = strata_ok(&data, &["keys", "list"]);
+    assert!(
+        table.contains(&format!("{id}  acme  ci")) && table.contains("revoked "),
+        "{table}"
+    );
+    let stderr = strata_err(
+        &data,
+        &["keys", "create", "--tenant", "acme", "--expires-in", "soon"],
+    );
+    assert!(
+        stderr.contains("expected a whole number and a unit"),
+        "{stderr}"
+    );
+}

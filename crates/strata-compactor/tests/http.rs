@@ -51,12 +51,12 @@ async fn compact_endpoint_is_authenticated_and_returns_the_record() {
     strata_projector::catch_up(&backends).await.unwrap();
     backends
         .store
-        .put_api_key(&strata_core::sha256_hex(b"sk_t"), "t", "test")
+        .put_api_key(&strata_core::sha256_hex(b"sk_t"), "t", "test", None)
         .await
         .unwrap();
     backends
         .store
-        .put_api_key(&strata_core::sha256_hex(b"sk_other"), "other", "test")
+        .put_api_key(&strata_core::sha256_hex(b"sk_other"), "other", "test", None)
         .await
         .unwrap();
     let router = strata_compactor::http::routes(backends.clone(), ingestor);

@@ -103,6 +103,7 @@ fn short_limits() -> HttpLimits {
         max_connections: 8,
         header_read_timeout: Duration::from_secs(1),
         body_timeout: Duration::from_secs(1),
+        ..HttpLimits::default()
     }
 }
 
@@ -197,6 +198,7 @@ async fn connections_beyond_the_limit_wait_until_one_closes() {
         max_connections: 1,
         header_read_timeout: Duration::from_secs(30),
         body_timeout: Duration::from_secs(30),
+        ..HttpLimits::default()
     })
     .await;
     let holder = server.connect().await;
@@ -243,4 +245,44 @@ async fn a_batch_over_the_event_cap_is_413_and_appends_nothing() {
     assert!(response.starts_with("HTTP/1.1 413"), "{response}");
     assert!(response.contains("at most 10000"), "{response}");
     assert_eq!(server.log_len().await, 0);
+}
+
+/// Sends one `POST /v1/events` with `key` and returns the status line's code.
+async fn status_of(server: &Server, key: &str) -> (u16, String) {
+    let mut stream = server.connect().await;
+    let body = "[]";
+    let request = format!(
+        "POST /v1/events HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let response = read_response(&mut stream, Duration::from_secs(10))
+        .await
+        .expect("an answer");
+    let code = response[9..12].parse().expect("status code");
+    (code, response)
+}
+
+#[tokio::test]
+async fn repeated_failed_authentications_from_one_address_are_throttled_with_429() {
+    let server = Server::start(HttpLimits {
+        auth_failures_per_minute: 3,
+        ..HttpLimits::default()
+    })
+    .await;
+    // A good key works, and does not count.
+    assert_eq!(status_of(&server, &server.key).await.0, 400);
+    for _ in 0..3 {
+        assert_eq!(status_of(&server, "sk_guess").await.0, 401);
+    }
+    let (code, response) = status_of(&server, "sk_guess").await;
+    assert_eq!(code, 429, "{response}");
+    assert!(
+        response.to_ascii_lowercase().contains("retry-after:"),
+        "{response}"
+    );
+    assert!(response.contains("too_many_requests"), "{response}");
+    // For the rest of the minute, the address is refused whatever key it sends.
+    assert_eq!(status_of(&server, &server.key).await.0, 429);
 }

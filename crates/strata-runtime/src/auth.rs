@@ -28,9 +28,24 @@ pub async fn create_key(
     tenant: &str,
     label: &str,
 ) -> Result<String, strata_store::Error> {
+    create_expiring_key(store, tenant, label, None).await
+}
+
+/// Registers a new key for `tenant` that is refused from `expires_at` (RFC 3339, UTC) on.
+pub async fn create_expiring_key(
+    store: &dyn ProjectionStore,
+    tenant: &str,
+    label: &str,
+    expires_at: Option<&str>,
+) -> Result<String, strata_store::Error> {
     let key = generate_key();
     store
-        .put_api_key(&strata_core::sha256_hex(key.as_bytes()), tenant, label)
+        .put_api_key(
+            &strata_core::sha256_hex(key.as_bytes()),
+            tenant,
+            label,
+            expires_at,
+        )
         .await?;
     Ok(key)
 }
@@ -46,16 +61,39 @@ pub async fn ensure_dev_key(
         path: path.clone(),
         source,
     };
-    let key = match std::fs::read_to_string(&path) {
-        Ok(k) if !k.trim().is_empty() => k.trim().to_owned(),
-        Ok(_) | Err(_) => {
+    let kept = match std::fs::read_to_string(&path) {
+        Ok(k) if !k.trim().is_empty() => Some(k.trim().to_owned()),
+        Ok(_) | Err(_) => None,
+    };
+    // A revoked or expired development key stays dead: a new one replaces it.
+    let key = match kept {
+        Some(k) => match store
+            .api_key(&strata_core::sha256_hex(k.as_bytes()))
+            .await?
+        {
+            Some(info) if !info.is_live_at(&strata_store::now_utc()) => {
+                tracing::warn!(key_id = %info.key_id, "the dev api key was revoked or expired; a new one replaces it");
+                None
+            }
+            _ => Some(k),
+        },
+        None => None,
+    };
+    let key = match key {
+        Some(k) => k,
+        None => {
             let key = generate_key();
             write_private(&path, &key).map_err(io)?;
             key
         }
     };
     store
-        .put_api_key(&strata_core::sha256_hex(key.as_bytes()), DEV_TENANT, "dev")
+        .put_api_key(
+            &strata_core::sha256_hex(key.as_bytes()),
+            DEV_TENANT,
+            "dev",
+            None,
+        )
         .await?;
     Ok(key)
 }

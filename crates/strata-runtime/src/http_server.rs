@@ -6,19 +6,26 @@
 //!   file descriptors.
 //! - **Headers**: a request head must arrive within [`HttpLimits::header_read_timeout`], and so
 //!   must the next one on an idle keep-alive connection: a slow-loris client loses its socket.
+//! - **Failed authentications**: a client address with more `401`s in a minute than
+//!   [`HttpLimits::auth_failures_per_minute`] gets `429` (with `Retry-After`) until it is over.
 //! - **Bodies**: the whole body of a request must arrive within [`HttpLimits::body_timeout`] of
 //!   its head; a body read after that fails with [`BodyTimeout`], which [`read_body`] answers with
 //!   `408`. Handlers authenticate from the head *before* they read a body (see
 //!   `strata-ingest`), so a keyless client never makes the server buffer anything.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{Request, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
@@ -39,6 +46,9 @@ pub struct HttpLimits {
     pub max_connections: usize,
     pub header_read_timeout: Duration,
     pub body_timeout: Duration,
+    /// Failed authentications (401s) a client address may have in a minute; past them its
+    /// requests get `429` until the minute is over.
+    pub auth_failures_per_minute: u32,
 }
 
 impl Default for HttpLimits {
@@ -47,6 +57,7 @@ impl Default for HttpLimits {
             max_connections: 512,
             header_read_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(60),
+            auth_failures_per_minute: 20,
         }
     }
 }
@@ -63,6 +74,9 @@ impl HttpLimits {
         }
         if let Some(s) = env_number("STRATA_HTTP_BODY_TIMEOUT_SECS")? {
             limits.body_timeout = Duration::from_secs(s.max(1));
+        }
+        if let Some(n) = env_number("STRATA_HTTP_AUTH_FAILURES_PER_MINUTE")? {
+            limits.auth_failures_per_minute = n.clamp(1, u64::from(u32::MAX)) as u32;
         }
         Ok(limits)
     }
@@ -87,6 +101,11 @@ pub async fn serve(
     limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let throttle = Arc::new(AuthThrottle::new(limits.auth_failures_per_minute));
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        throttle,
+        throttle_failed_auth,
+    ));
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -98,9 +117,9 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors and the like: pause rather than spin.
                     tracing::warn!(error = %e, "accept failed");
@@ -112,7 +131,9 @@ pub async fn serve(
         };
         let body_timeout = limits.body_timeout;
         let service = router.clone().map_request(move |req: Request<Incoming>| {
-            req.map(|body| Body::new(TimedBody::new(body, body_timeout)))
+            let mut req = req.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+            req.extensions_mut().insert(ConnectInfo(remote));
+            req
         });
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -129,6 +150,81 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Failed authentications per client address in the current minute.
+struct AuthThrottle {
+    per_minute: u32,
+    failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+}
+
+/// Most client addresses tracked at once; beyond it, windows that ended are dropped first.
+const THROTTLE_MAX_ADDRESSES: usize = 65_536;
+const THROTTLE_WINDOW: Duration = Duration::from_secs(60);
+
+impl AuthThrottle {
+    fn new(per_minute: u32) -> Self {
+        Self {
+            per_minute,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long `ip` must wait, when it spent its failures for this window.
+    fn blocked(&self, ip: IpAddr, now: Instant) -> Option<Duration> {
+        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let (started, count) = failures.get(&ip)?;
+        let left = THROTTLE_WINDOW.checked_sub(now.duration_since(*started))?;
+        (*count >= self.per_minute).then_some(left)
+    }
+
+    fn failed(&self, ip: IpAddr, now: Instant) {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        if failures.len() >= THROTTLE_MAX_ADDRESSES && !failures.contains_key(&ip) {
+            failures.retain(|_, (started, _)| now.duration_since(*started) < THROTTLE_WINDOW);
+            if failures.len() >= THROTTLE_MAX_ADDRESSES {
+                return;
+            }
+        }
+        let entry = failures.entry(ip).or_insert((now, 0));
+        if now.duration_since(entry.0) >= THROTTLE_WINDOW {
+            *entry = (now, 0);
+        }
+        entry.1 += 1;
+    }
+}
+
+/// Answers `429` to a client address that failed to authenticate too often this minute, and
+/// counts the `401`s it gets.
+async fn throttle_failed_auth(
+    State(throttle): State<Arc<AuthThrottle>>,
+    req: axum::extract::Request,
+    next: Next,
+) -> Response {
+    let ip = req
+        .extensions()
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    if let Some(wait) = ip.and_then(|ip| throttle.blocked(ip, Instant::now())) {
+        let secs = wait.as_secs().max(1);
+        let mut response = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_requests",
+            format!("too many failed authentications from this address; retry in {secs} s"),
+        )
+        .into_response();
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, secs.into());
+        return response;
+    }
+    let response = next.run(req).await;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        if let Some(ip) = ip {
+            throttle.failed(ip, Instant::now());
+        }
+    }
+    response
 }
 
 /// A request body that must arrive whole within a deadline set when its head arrived.

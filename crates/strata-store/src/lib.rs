@@ -122,6 +122,37 @@ pub struct ProjectionBatch {
     pub offsets: Offsets,
 }
 
+/// An API key as listed by [`ProjectionStore::api_keys`]: never the key, only its id.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ApiKeyInfo {
+    /// `key_` and the first 16 hex digits of the key's SHA-256: what `revoke` takes.
+    pub key_id: String,
+    pub tenant_id: String,
+    pub label: String,
+    pub created_at: String,
+    /// RFC 3339 (UTC); the key is refused from then on.
+    pub expires_at: Option<String>,
+    pub revoked_at: Option<String>,
+}
+
+impl ApiKeyInfo {
+    /// The listed id of a key with this SHA-256.
+    pub fn id_of(key_sha256: &str) -> String {
+        format!("key_{}", &key_sha256[..16.min(key_sha256.len())])
+    }
+
+    /// Whether the key authenticates at `now` (RFC 3339, UTC, as [`now_utc`] writes it).
+    pub fn is_live_at(&self, now: &str) -> bool {
+        self.revoked_at.is_none() && self.expires_at.as_deref().is_none_or(|e| e > now)
+    }
+}
+
+/// The current time as the key columns hold it: RFC 3339, UTC, whole seconds, `Z` (so that the
+/// strings order as the times do).
+pub fn now_utc() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
 /// A session as listed by [`ProjectionStore::sessions`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SessionSummary {
@@ -194,8 +225,25 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
     /// The tenant an API key (by its SHA-256) belongs to.
     async fn tenant_for_key(&self, key_sha256: &str) -> Result<Option<String>>;
 
-    /// Registers an API key (by its SHA-256) for a tenant. Idempotent.
-    async fn put_api_key(&self, key_sha256: &str, tenant: &str, label: &str) -> Result<()>;
+    /// Registers an API key (by its SHA-256) for a tenant, expiring at `expires_at` (RFC 3339,
+    /// UTC) if given. Idempotent: a key registered already (revoked included) is left as it is.
+    async fn put_api_key(
+        &self,
+        key_sha256: &str,
+        tenant: &str,
+        label: &str,
+        expires_at: Option<&str>,
+    ) -> Result<()>;
+
+    /// One key's record, live or not.
+    async fn api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyInfo>>;
+
+    /// The keys of a tenant, or of every tenant, oldest first.
+    async fn api_keys(&self, tenant: Option<&str>) -> Result<Vec<ApiKeyInfo>>;
+
+    /// Revokes the key with this id ([`ApiKeyInfo::key_id`]) at `now`; false when no live key
+    /// has it.
+    async fn revoke_api_key(&self, key_id: &str, now: &str) -> Result<bool>;
 
     /// Row counts per table and a content hash per table: equal for equal projections. Used by
     /// crash tests and rebuild verification.

@@ -17,7 +17,7 @@ use strata_core::payload::PrivacyClass;
 use strata_core::projection::{Change, SessionFold, ToolCallRow, ToolResultRow, ToolStatus};
 
 use crate::common::{self, Dialect, INSERT_CHUNK};
-use crate::{Error, Offsets, ProjectionBatch, ProjectionStore, Result, SessionSummary};
+use crate::{ApiKeyInfo, Error, Offsets, ProjectionBatch, ProjectionStore, Result, SessionSummary};
 
 const DIALECT: Dialect = Dialect {
     stored_text: common::verbatim,
@@ -691,24 +691,73 @@ impl ProjectionStore for SqliteStore {
     }
 
     async fn tenant_for_key(&self, key_sha256: &str) -> Result<Option<String>> {
-        let row = sqlx::query("SELECT tenant_id FROM api_keys WHERE key_sha256 = ?")
-            .bind(key_sha256)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT tenant_id FROM api_keys WHERE key_sha256 = ? AND revoked_at IS NULL \
+             AND (expires_at IS NULL OR expires_at > ?)",
+        )
+        .bind(key_sha256)
+        .bind(crate::now_utc())
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(row.map(|r| r.get(0)))
     }
 
-    async fn put_api_key(&self, key_sha256: &str, tenant: &str, label: &str) -> Result<()> {
+    async fn put_api_key(
+        &self,
+        key_sha256: &str,
+        tenant: &str,
+        label: &str,
+        expires_at: Option<&str>,
+    ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO api_keys (key_sha256, tenant_id, label, created_at) \
-             VALUES (?, ?, ?, datetime('now')) ON CONFLICT (key_sha256) DO NOTHING",
+            "INSERT INTO api_keys (key_sha256, tenant_id, label, created_at, expires_at) \
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT (key_sha256) DO NOTHING",
         )
         .bind(key_sha256)
         .bind(tenant)
         .bind(label)
+        .bind(crate::now_utc())
+        .bind(expires_at)
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    async fn api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyInfo>> {
+        let row = sqlx::query("SELECT key_sha256, tenant_id, label, created_at, expires_at, revoked_at FROM api_keys WHERE key_sha256 = ?")
+            .bind(key_sha256)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| key_info(&r)))
+    }
+
+    async fn api_keys(&self, tenant: Option<&str>) -> Result<Vec<ApiKeyInfo>> {
+        let rows = sqlx::query(
+            "SELECT key_sha256, tenant_id, label, created_at, expires_at, revoked_at FROM api_keys WHERE ?1 IS NULL OR tenant_id = ?1 \
+             ORDER BY created_at, key_sha256",
+        )
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(key_info).collect())
+    }
+
+    async fn revoke_api_key(&self, key_id: &str, now: &str) -> Result<bool> {
+        let Some(prefix) = key_id
+            .strip_prefix("key_")
+            .filter(|p| p.len() == 16 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+        else {
+            return Ok(false);
+        };
+        let done = sqlx::query(
+            "UPDATE api_keys SET revoked_at = ? WHERE substr(key_sha256, 1, 16) = ? \
+             AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(prefix.to_ascii_lowercase())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
     }
 
     async fn fingerprint(&self) -> Result<BTreeMap<String, (u64, String)>> {
@@ -746,6 +795,18 @@ impl ProjectionStore for SqliteStore {
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+}
+
+fn key_info(r: &sqlx::sqlite::SqliteRow) -> ApiKeyInfo {
+    let sha: String = r.get(0);
+    ApiKeyInfo {
+        key_id: ApiKeyInfo::id_of(&sha),
+        tenant_id: r.get(1),
+        label: r.get(2),
+        created_at: r.get(3),
+        expires_at: r.get(4),
+        revoked_at: r.get(5),
     }
 }
 

@@ -223,6 +223,7 @@ conformance!(
     assembly_round_trip,
     sessions_listing,
     api_keys,
+    api_key_lifecycle,
     fingerprint_equal_for_equal_content,
     text_with_nul_projects,
     snapshot_memories_and_compaction,
@@ -1081,20 +1082,29 @@ async fn api_keys(backend: Arc<Backend>) {
     let store = s.store.as_ref();
     let key = strata_core::sha256_hex(b"sk-test");
     assert_eq!(store.tenant_for_key(&key).await.unwrap(), None);
-    store.put_api_key(&key, "acme", "ci key").await.unwrap();
+    store
+        .put_api_key(&key, "acme", "ci key", None)
+        .await
+        .unwrap();
     assert_eq!(
         store.tenant_for_key(&key).await.unwrap().as_deref(),
         Some("acme")
     );
     // Idempotent: registering the key again (even for another tenant) changes nothing.
-    store.put_api_key(&key, "acme", "ci key").await.unwrap();
-    store.put_api_key(&key, "globex", "stolen").await.unwrap();
+    store
+        .put_api_key(&key, "acme", "ci key", None)
+        .await
+        .unwrap();
+    store
+        .put_api_key(&key, "globex", "stolen", None)
+        .await
+        .unwrap();
     assert_eq!(
         store.tenant_for_key(&key).await.unwrap().as_deref(),
         Some("acme")
     );
     let other = strata_core::sha256_hex(b"sk-other");
-    store.put_api_key(&other, "globex", "").await.unwrap();
+    store.put_api_key(&other, "globex", "", None).await.unwrap();
     assert_eq!(
         store.tenant_for_key(&other).await.unwrap().as_deref(),
         Some("globex")
@@ -1530,4 +1540,57 @@ async fn artifact_classes_are_those_of_the_tenants_references(backend: Arc<Backe
         .await
         .unwrap()
         .is_empty());
+}
+
+async fn api_key_lifecycle(backend: Arc<Backend>) {
+    let s = backend.open().await;
+    let store = s.store.as_ref();
+    let live = strata_core::sha256_hex(b"sk-live");
+    let expired = strata_core::sha256_hex(b"sk-expired");
+    let later = strata_core::sha256_hex(b"sk-later");
+    store.put_api_key(&live, "acme", "ci", None).await.unwrap();
+    store
+        .put_api_key(&expired, "acme", "old", Some("2020-01-01T00:00:00Z"))
+        .await
+        .unwrap();
+    store
+        .put_api_key(&later, "globex", "new", Some("2999-01-01T00:00:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(store.tenant_for_key(&expired).await.unwrap(), None);
+    assert_eq!(
+        store.tenant_for_key(&later).await.unwrap().as_deref(),
+        Some("globex")
+    );
+    let acme = store.api_keys(Some("acme")).await.unwrap();
+    assert_eq!(acme.len(), 2);
+    assert!(acme
+        .iter()
+        .all(|k| k.key_id.starts_with("key_") && k.key_id.len() == 20));
+    assert!(
+        !acme.iter().any(|k| k.key_id.contains(&live[16..])),
+        "never the key's hash whole"
+    );
+    assert_eq!(store.api_keys(None).await.unwrap().len(), 3);
+
+    // Revoked: refused from then on, and registering it again does not bring it back.
+    let id = strata_store::ApiKeyInfo::id_of(&live);
+    assert!(store
+        .revoke_api_key(&id, "2026-12-01T10:00:00Z")
+        .await
+        .unwrap());
+    assert!(!store
+        .revoke_api_key(&id, "2026-12-01T10:00:01Z")
+        .await
+        .unwrap());
+    assert!(!store
+        .revoke_api_key("key_nothex!", "2026-12-01T10:00:01Z")
+        .await
+        .unwrap());
+    assert_eq!(store.tenant_for_key(&live).await.unwrap(), None);
+    store.put_api_key(&live, "acme", "ci", None).await.unwrap();
+    assert_eq!(store.tenant_for_key(&live).await.unwrap(), None);
+    let info = store.api_key(&live).await.unwrap().unwrap();
+    assert_eq!(info.revoked_at.as_deref(), Some("2026-12-01T10:00:00Z"));
+    assert!(!info.is_live_at(&strata_store::now_utc()));
 }

@@ -67,7 +67,7 @@ async fn a_switch_holds_the_projector_and_sends_its_batch_to_the_new_set() {
             .unwrap(),
     );
     live.commit_batch(offsets(5)).await.unwrap();
-    live.put_api_key("k1", "acme", "test").await.unwrap();
+    live.put_api_key("k1", "acme", "test", None).await.unwrap();
 
     let gens = PgGenerations::connect(&url).await.unwrap();
     assert_eq!(gens.current().await.unwrap(), "public");
