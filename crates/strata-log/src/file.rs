@@ -21,9 +21,12 @@
 //! # Durability and recovery
 //!
 //! [`FsyncPolicy`] decides when appended bytes are forced to disk. On open, the last segment of
-//! every partition is scanned completely (lengths, CRCs, consecutive offsets) and cut at the first
-//! bad or incomplete record: that is the torn tail of a write interrupted by a crash, reported by
-//! [`FileLog::recovery_report`]. Earlier segments were sealed (and, unless the policy is
+//! every partition is scanned completely (lengths, CRCs, consecutive offsets). A bad or
+//! incomplete record with no valid record after it is the torn tail of a write interrupted by a
+//! crash: the segment is cut there, reported by [`FileLog::recovery_report`]. Damage that valid
+//! records follow is not a torn tail: its bytes are copied to `quarantine/` beside the segment and
+//! it is rewritten as one empty stand-in record per offset it held, so that nothing after it is
+//! lost ([`FileLog::quarantine_report`]; consumers set the stand-ins aside as undecodable). Earlier segments were sealed (and, unless the policy is
 //! [`FsyncPolicy::Never`], fsynced) before the next one was created, so they are only walked by
 //! their length fields to build the sparse index; a length that runs past the end of a sealed
 //! segment is [`Error::Corrupt`], and so is a CRC failure found later by a read.
@@ -87,6 +90,7 @@ pub struct TornTail {
 pub struct FileLog {
     inner: Arc<Inner>,
     recovery: Vec<TornTail>,
+    quarantined: Vec<Quarantined>,
     /// The dead-letter queue, a one-partition file log in `DIR/dead-letter`, opened on first use.
     dead_letters: Arc<tokio::sync::OnceCell<Box<FileLog>>>,
     fsync: FsyncPolicy,
@@ -109,7 +113,7 @@ impl FileLog {
     pub async fn open(dir: impl AsRef<Path>, options: FileLogOptions) -> Result<FileLog> {
         let dir = dir.as_ref().to_path_buf();
         let fsync = options.fsync;
-        let (inner, recovery) = blocking(move || open_blocking(dir, options)).await?;
+        let (inner, recovery, quarantined) = blocking(move || open_blocking(dir, options)).await?;
         let inner = Arc::new(inner);
         if let FsyncPolicy::Interval(every) = fsync {
             let handle = tokio::spawn(flush_periodically(Arc::downgrade(&inner), every));
@@ -125,6 +129,7 @@ impl FileLog {
         Ok(FileLog {
             inner,
             recovery,
+            quarantined,
             dead_letters: Arc::default(),
             fsync,
         })
@@ -151,6 +156,12 @@ impl FileLog {
     /// partial or corrupt record. Empty after a clean shutdown.
     pub fn recovery_report(&self) -> &[TornTail] {
         &self.recovery
+    }
+
+    /// The damaged spans inside last segments that valid records followed, quarantined while
+    /// opening (see [`Quarantined`]). Empty unless the disk damaged the log.
+    pub fn quarantine_report(&self) -> &[Quarantined] {
+        &self.quarantined
     }
 
     /// The directory of the log.
@@ -909,7 +920,10 @@ struct GroupFile {
     offsets: Offsets,
 }
 
-fn open_blocking(dir: PathBuf, options: FileLogOptions) -> Result<(Inner, Vec<TornTail>)> {
+fn open_blocking(
+    dir: PathBuf,
+    options: FileLogOptions,
+) -> Result<(Inner, Vec<TornTail>, Vec<Quarantined>)> {
     if options.segment_bytes == 0 {
         return Err(Error::Config("segment_bytes must be positive".into()));
     }
@@ -975,6 +989,7 @@ fn open_blocking(dir: PathBuf, options: FileLogOptions) -> Result<(Inner, Vec<To
 
     let mut partitions = Vec::with_capacity(count as usize);
     let mut recovery = Vec::new();
+    let mut quarantined = Vec::new();
     let mut created = false;
     for id in 0..count {
         let pdir = partitions_dir.join(format!("{id:04}"));
@@ -982,8 +997,9 @@ fn open_blocking(dir: PathBuf, options: FileLogOptions) -> Result<(Inner, Vec<To
             fs::create_dir(&pdir).map_err(|e| io_error(&pdir, e))?;
             created = true;
         }
-        let (state, torn) = open_partition(id, &pdir, sync)?;
+        let (state, torn, damaged) = open_partition(id, &pdir, sync)?;
         recovery.extend(torn);
+        quarantined.extend(damaged);
         let end = state.active.end;
         partitions.push(Partition {
             id,
@@ -1007,10 +1023,13 @@ fn open_blocking(dir: PathBuf, options: FileLogOptions) -> Result<(Inner, Vec<To
         groups: Mutex::new(()),
         flusher: OnceLock::new(),
     };
-    Ok((inner, recovery))
+    Ok((inner, recovery, quarantined))
 }
 
-fn open_partition(id: u32, dir: &Path, sync: bool) -> Result<(PartitionState, Option<TornTail>)> {
+/// A partition's state, the torn tail cut from it and the damage quarantined in it.
+type OpenedPartition = (PartitionState, Option<TornTail>, Vec<Quarantined>);
+
+fn open_partition(id: u32, dir: &Path, sync: bool) -> Result<OpenedPartition> {
     let mut bases = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
         let entry = entry.map_err(|e| io_error(dir, e))?;
@@ -1039,7 +1058,7 @@ fn open_partition(id: u32, dir: &Path, sync: bool) -> Result<(PartitionState, Op
             end: 0,
             index: Vec::new(),
         };
-        return Ok((new_state(Vec::new(), active, file), None));
+        return Ok((new_state(Vec::new(), active, file), None, Vec::new()));
     };
 
     let mut sealed = Vec::with_capacity(sealed_bases.len());
@@ -1053,8 +1072,8 @@ fn open_partition(id: u32, dir: &Path, sync: bool) -> Result<(PartitionState, Op
     }
     let path = dir.join(segment_name(last_base));
     check_base(&expected, last_base, &path)?;
-    let (active, file, torn) = recover_last(id, last_base, &path)?;
-    Ok((new_state(sealed, active, file), torn))
+    let (active, file, torn, quarantined) = recover_last(id, last_base, &path)?;
+    Ok((new_state(sealed, active, file), torn, quarantined))
 }
 
 fn new_state(sealed: Vec<Segment>, active: Segment, active_file: File) -> PartitionState {
@@ -1135,12 +1154,112 @@ fn walk_sealed(base: u64, path: &Path) -> Result<Segment> {
     Ok(segment)
 }
 
-/// Scans the last segment of a partition completely and cuts it at the first bad record.
+/// A damaged span in the middle of a last segment that valid records follow: its bytes were
+/// copied aside and it was rewritten as one empty stand-in record per offset it held, so that the
+/// records after it are kept (consumers set the stand-ins aside as undecodable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    pub partition: u32,
+    pub segment: PathBuf,
+    /// Where the damaged span starts in the segment, and its length.
+    pub position: u64,
+    pub bytes: u64,
+    /// The offsets it held (each now an empty stand-in record).
+    pub offsets: std::ops::Range<u64>,
+    /// The copy of the damaged bytes.
+    pub copy: PathBuf,
+    pub reason: String,
+}
+
+/// The next valid record after a damage at `pos` (expecting offset `next`): its position and
+/// offset, when the span between could hold one stand-in record per offset it skips.
+fn resume_after_damage(
+    scanner: &mut Scanner<'_>,
+    pos: u64,
+    file_len: u64,
+    next: u64,
+) -> io::Result<Option<(u64, u64)>> {
+    let marker = (FRAME_HEADER + MIN_BODY) as u64;
+    let mut q = pos + 1;
+    while q + marker <= file_len {
+        let Some(head) = scanner.bytes(q, FRAME_HEADER + 8)? else {
+            return Ok(None);
+        };
+        let (len, crc) = frame_header(head);
+        let offset = u64::from_le_bytes(le_array(&head[FRAME_HEADER..]));
+        let fits = offset > next && (offset - next).saturating_mul(marker) <= q - pos;
+        if fits && len >= MIN_BODY && q + (FRAME_HEADER + len) as u64 <= file_len {
+            if let Some(body) = scanner.bytes(q + FRAME_HEADER as u64, len)? {
+                if crc32c::crc32c(body) == crc && check_body(body) == Some(offset) {
+                    return Ok(Some((q, offset)));
+                }
+            }
+        }
+        q += 1;
+    }
+    Ok(None)
+}
+
+/// Copies the damaged span aside, then rewrites it as `offsets.len()` empty stand-in records
+/// that fill it exactly.
+fn quarantine_span(
+    file: &File,
+    path: &Path,
+    span: std::ops::Range<u64>,
+    offsets: std::ops::Range<u64>,
+) -> Result<PathBuf> {
+    use std::os::unix::fs::FileExt;
+    let len = (span.end - span.start) as usize;
+    let mut damaged = vec![0u8; len];
+    file.read_exact_at(&mut damaged, span.start)
+        .map_err(|e| io_error(path, e))?;
+    let dir = path
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("quarantine");
+    fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+    let name = path
+        .file_name()
+        .map_or_else(|| "segment".into(), |n| n.to_string_lossy().into_owned());
+    let copy = dir.join(format!("{name}.at-{}.damaged", span.start));
+    let mut out = File::create(&copy).map_err(|e| io_error(&copy, e))?;
+    io::Write::write_all(&mut out, &damaged).map_err(|e| io_error(&copy, e))?;
+    out.sync_all().map_err(|e| io_error(&copy, e))?;
+
+    let count = (offsets.end - offsets.start) as usize;
+    let marker = FRAME_HEADER + MIN_BODY;
+    let mut frames = Vec::with_capacity(len);
+    for (i, offset) in offsets.enumerate() {
+        // The last stand-in takes what the others leave, as padding in its value.
+        let frame_len = if i + 1 == count {
+            len - marker * (count - 1)
+        } else {
+            marker
+        };
+        let padding = frame_len - marker;
+        let stand_in = NewRecord {
+            key: Vec::new(),
+            headers: Vec::new(),
+            value: vec![0; padding],
+            timestamp_ms: 0,
+        };
+        encode(&mut frames, offset, &stand_in, MIN_BODY + padding);
+    }
+    debug_assert_eq!(frames.len(), len);
+    file.write_all_at(&frames, span.start)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| io_error(path, e))?;
+    Ok(copy)
+}
+
+/// Scans the last segment of a partition completely. Damage that valid records follow is
+/// quarantined ([`Quarantined`]); the first bad record with nothing valid after it is a torn
+/// tail, and the segment is cut there.
 fn recover_last(
     partition: u32,
     base: u64,
     path: &Path,
-) -> Result<(Segment, File, Option<TornTail>)> {
+) -> Result<(Segment, File, Option<TornTail>, Vec<Quarantined>)> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -1158,40 +1277,44 @@ fn recover_last(
     let mut pos = 0u64;
     let mut next = base;
     let mut index = Vec::new();
+    let mut quarantined = Vec::new();
     let problem = loop {
         if pos == file_len {
             break None;
         }
-        let header = match scanner
-            .bytes(pos, FRAME_HEADER)
-            .map_err(|e| io_error(path, e))?
-        {
-            Some(header) => header,
-            None => break Some("incomplete record header".to_owned()),
-        };
-        let (len, crc) = frame_header(header);
-        if len < MIN_BODY {
-            break Some(format!("record length {len} is too small"));
-        }
-        let body = match scanner
-            .bytes(pos + FRAME_HEADER as u64, len)
-            .map_err(|e| io_error(path, e))?
-        {
-            Some(body) => body,
-            None => break Some(format!("incomplete record of {len} bytes")),
-        };
-        if crc32c::crc32c(body) != crc {
-            break Some("crc mismatch".to_owned());
-        }
-        match check_body(body) {
-            None => break Some("malformed record body".to_owned()),
-            Some(offset) if offset != next => {
-                break Some(format!(
-                    "record has offset {offset} where {next} was expected"
-                ))
+        let len = match damage_at(&mut scanner, path, pos, next)? {
+            Ok(len) => len,
+            Err(reason) => {
+                let Some((resume, offset)) = resume_after_damage(&mut scanner, pos, file_len, next)
+                    .map_err(|e| io_error(path, e))?
+                else {
+                    break Some(reason);
+                };
+                let copy = quarantine_span(&file, path, pos..resume, next..offset)?;
+                tracing::error!(
+                    partition,
+                    segment = %path.display(),
+                    position = pos,
+                    bytes = resume - pos,
+                    offsets = ?(next..offset),
+                    copy = %copy.display(),
+                    reason = %reason,
+                    "damaged records inside the log were quarantined; the records after them are kept"
+                );
+                quarantined.push(Quarantined {
+                    partition,
+                    segment: path.to_path_buf(),
+                    position: pos,
+                    bytes: resume - pos,
+                    offsets: next..offset,
+                    copy,
+                    reason,
+                });
+                // The stand-ins are read like any record from here on.
+                scanner = Scanner::new(&file, file_len, SCAN_CHUNK);
+                continue;
             }
-            Some(_) => {}
-        }
+        };
         let last_indexed = index.last().map(|e: &(u64, u64)| e.1);
         index_record(&mut index, last_indexed, next, pos);
         pos += (FRAME_HEADER + len) as u64;
@@ -1225,7 +1348,42 @@ fn recover_last(
             Some(torn)
         }
     };
-    Ok((segment, file, torn))
+    Ok((segment, file, torn, quarantined))
+}
+
+/// The body length of the valid record at `pos` (expecting offset `next`), or why it is not one.
+fn damage_at(
+    scanner: &mut Scanner<'_>,
+    path: &Path,
+    pos: u64,
+    next: u64,
+) -> Result<std::result::Result<usize, String>> {
+    let Some(header) = scanner
+        .bytes(pos, FRAME_HEADER)
+        .map_err(|e| io_error(path, e))?
+    else {
+        return Ok(Err("incomplete record header".to_owned()));
+    };
+    let (len, crc) = frame_header(header);
+    if len < MIN_BODY {
+        return Ok(Err(format!("record length {len} is too small")));
+    }
+    let Some(body) = scanner
+        .bytes(pos + FRAME_HEADER as u64, len)
+        .map_err(|e| io_error(path, e))?
+    else {
+        return Ok(Err(format!("incomplete record of {len} bytes")));
+    };
+    if crc32c::crc32c(body) != crc {
+        return Ok(Err("crc mismatch".to_owned()));
+    }
+    Ok(match check_body(body) {
+        None => Err("malformed record body".to_owned()),
+        Some(offset) if offset != next => Err(format!(
+            "record has offset {offset} where {next} was expected"
+        )),
+        Some(_) => Ok(len),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -933,3 +933,80 @@ async fn dead_letters_are_kept_apart_and_survive_a_reopen() {
         "dead letters are not records of the log"
     );
 }
+
+/// Start positions of the frames of a segment file.
+fn frame_starts(path: &Path) -> Vec<u64> {
+    let bytes = fs::read(path).unwrap();
+    let mut starts = Vec::new();
+    let mut pos = 0usize;
+    while pos + FRAME_HEADER <= bytes.len() {
+        starts.push(pos as u64);
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        pos += FRAME_HEADER + len;
+    }
+    starts
+}
+
+#[tokio::test]
+async fn damage_inside_the_log_is_quarantined_and_the_records_after_it_are_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("log");
+    let n = 12u64;
+    let (records, _, _) = write_for_crash(&original, n).await;
+    let starts = frame_starts(&segment_files(&original, 0)[0]);
+    assert_eq!(starts.len() as u64, n);
+
+    // One record's body, one record's length field, and two neighbours' bodies at once.
+    let cases: Vec<(Vec<u64>, std::ops::Range<u64>)> = vec![
+        (vec![starts[5] + 20], 5..6),
+        (vec![starts[3]], 3..4),
+        (vec![starts[7] + 12, starts[8] + 30], 7..9),
+    ];
+    for (flips, lost) in cases {
+        let case = tempfile::tempdir().unwrap();
+        let dir = case.path().join("log");
+        copy_dir(&original, &dir);
+        let segment = segment_files(&dir, 0)[0].clone();
+        let damaged_len = file_len(&segment);
+        for at in &flips {
+            flip_byte(&segment, *at);
+        }
+        let log = FileLog::open(&dir, options(1, FsyncPolicy::Always))
+            .await
+            .unwrap();
+        assert!(
+            log.recovery_report().is_empty(),
+            "{flips:?}: nothing is cut"
+        );
+        assert_eq!(file_len(&segment), damaged_len, "{flips:?}: nothing is cut");
+        let report = log.quarantine_report();
+        assert_eq!(report.len(), 1, "{flips:?}: {report:?}");
+        assert_eq!(report[0].offsets, lost, "{flips:?}");
+        // The damaged bytes are kept aside, as they were.
+        let copy = fs::read(&report[0].copy).unwrap();
+        assert_eq!(copy.len() as u64, report[0].bytes);
+        assert_eq!(log.end_offsets().await.unwrap(), vec![n]);
+        let read = read_all(&log, 0).await;
+        assert_eq!(read.len() as u64, n);
+        for (i, r) in read.iter().enumerate() {
+            let i = i as u64;
+            assert_eq!(r.offset, i);
+            if lost.contains(&i) {
+                assert!(
+                    r.value.iter().all(|b| *b == 0) && r.headers.is_empty(),
+                    "stand-in {i}"
+                );
+            } else {
+                assert_eq!(r.value, records[i as usize].value, "record {i} is kept");
+            }
+        }
+        // Appends go on after the kept records, and a reopen finds nothing more to do.
+        log.append(vec![record("session", 99)]).await.unwrap();
+        drop(log);
+        let log = FileLog::open(&dir, options(1, FsyncPolicy::Always))
+            .await
+            .unwrap();
+        assert!(log.quarantine_report().is_empty() && log.recovery_report().is_empty());
+        assert_eq!(log.end_offsets().await.unwrap(), vec![n + 1]);
+    }
+}
