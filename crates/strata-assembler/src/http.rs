@@ -109,18 +109,43 @@ async fn assembly(
     }
 }
 
+/// Sessions listed per page, by default and at most.
+const SESSIONS_PAGE: u32 = 100;
+const SESSIONS_PAGE_MAX: u32 = 1000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionsQuery {
+    /// Only sessions whose ids sort after this one (the previous page's `next_after`).
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
 async fn list_sessions(
     State(a): State<Assembler>,
     headers: HeaderMap,
+    Query(q): Query<SessionsQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = tenant(&a, &headers).await?;
+    let limit = q.limit.unwrap_or(SESSIONS_PAGE);
+    if !(1..=SESSIONS_PAGE_MAX).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit: {limit} is out of range; ask for 1 to {SESSIONS_PAGE_MAX} sessions"
+        )));
+    }
     let sessions = a
         .backends()
         .store
-        .sessions(&tenant)
+        .sessions_page(&tenant, q.after.as_deref(), limit)
         .await
         .map_err(store_error)?;
-    Ok(Json(json!({ "sessions": sessions })))
+    // A full page may have a next one: its cursor is the last id listed.
+    let next_after = (sessions.len() == limit as usize)
+        .then(|| sessions.last().map(|s| s.session_id.clone()))
+        .flatten();
+    Ok(Json(
+        json!({ "sessions": sessions, "next_after": next_after }),
+    ))
 }
 
 async fn state(

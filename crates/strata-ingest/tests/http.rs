@@ -1379,3 +1379,50 @@ async fn an_event_too_large_for_a_log_record_is_refused_and_nothing_is_appended(
         vec![("accepted".to_owned(), 1), ("accepted".to_owned(), 2)]
     );
 }
+
+#[tokio::test]
+async fn sessions_are_listed_by_pages_with_a_cursor_and_a_bad_limit_is_400() {
+    let h = Harness::new().await;
+    for i in 0..5 {
+        let (status, resp) = h
+            .post_json(
+                &h.acme,
+                &json!([prompt(&format!("e{i}"), &format!("s{i}"))]),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{resp}");
+    }
+    strata_projector::catch_up(&h.backends).await.unwrap();
+    let (status, page) = h
+        .send("GET", "/v1/sessions?limit=2", Some(&h.acme), Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["sessions"].as_array().unwrap().len(), 2);
+    assert_eq!(page["next_after"], "s1");
+    let (_, last) = h
+        .send(
+            "GET",
+            "/v1/sessions?limit=2&after=s3",
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    let ids: Vec<&str> = last["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["s4"]);
+    assert!(last["next_after"].is_null(), "{last}");
+    let (status, body) = h
+        .send("GET", "/v1/sessions?limit=0", Some(&h.acme), Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("limit"), "{body}");
+    // Another tenant's listing stays its own.
+    let (_, other) = h
+        .send("GET", "/v1/sessions", Some(&h.globex), Body::empty())
+        .await;
+    assert!(other["sessions"].as_array().unwrap().is_empty(), "{other}");
+}

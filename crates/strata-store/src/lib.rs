@@ -222,6 +222,15 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
     /// The sessions of a tenant.
     async fn sessions(&self, tenant: &str) -> Result<Vec<SessionSummary>>;
 
+    /// At most `limit` sessions of a tenant whose ids sort after `after` (byte order): one page
+    /// of [`ProjectionStore::sessions`].
+    async fn sessions_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<SessionSummary>>;
+
     /// The tenant an API key (by its SHA-256) belongs to.
     async fn tenant_for_key(&self, key_sha256: &str) -> Result<Option<String>>;
 

@@ -690,6 +690,31 @@ impl ProjectionStore for SqliteStore {
             .collect())
     }
 
+    async fn sessions_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<SessionSummary>> {
+        let rows = sqlx::query(
+            "SELECT session_id, head_seq, event_count FROM session_folds WHERE tenant_id = ? \
+             AND session_id > ? ORDER BY session_id LIMIT ?",
+        )
+        .bind(tenant)
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| SessionSummary {
+                session_id: r.get(0),
+                head_seq: r.get::<i64, _>(1) as u64,
+                event_count: r.get::<i64, _>(2) as u64,
+            })
+            .collect())
+    }
+
     async fn tenant_for_key(&self, key_sha256: &str) -> Result<Option<String>> {
         let row = sqlx::query(
             "SELECT tenant_id FROM api_keys WHERE key_sha256 = ? AND revoked_at IS NULL \

@@ -1075,6 +1075,25 @@ async fn sessions_listing(backend: Arc<Backend>) {
     let a9 = &listed[3];
     assert_eq!((a9.head_seq, a9.event_count), (6, 6));
     assert!(store.sessions("other").await.unwrap().is_empty());
+    // Pages of two, each after the last id of the one before, give the same list.
+    let mut paged = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store
+            .sessions_page("acme", after.as_deref(), 2)
+            .await
+            .unwrap();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        after = Some(last.session_id.clone());
+        paged.extend(page);
+    }
+    assert_eq!(paged, listed);
+    assert!(store
+        .sessions_page("other", None, 10)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 async fn api_keys(backend: Arc<Backend>) {
