@@ -20,6 +20,7 @@ S3_PORT=${STRATA_S3_PORT:-55900}
 KAFKA_PORT=${STRATA_KAFKA_PORT:-59092}
 TANSU_VERSION=0.6.0
 MOTO_VERSION=5.2.5
+FASTAVRO_VERSION=1.13.1
 BUCKET=strata-test
 
 log() { echo "services: $*" >&2; }
@@ -103,6 +104,11 @@ start_s3() {
         python3 -m venv "$venv" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$venv"; }
         log "installing moto $MOTO_VERSION from PyPI"
         "$venv/bin/pip" install -q "moto[server]==$MOTO_VERSION" || die "pip install moto failed"
+    fi
+    # fastavro: the independent implementation the codec's schema fingerprints are checked against.
+    if ! "$venv/bin/python" -c "import fastavro; assert fastavro.__version__ == '$FASTAVRO_VERSION'" 2>/dev/null; then
+        log "installing fastavro $FASTAVRO_VERSION from PyPI"
+        "$venv/bin/pip" install -q "fastavro==$FASTAVRO_VERSION" || die "pip install fastavro failed"
     fi
     if [ -f "$DIR/moto.pid" ] && kill -0 "$(cat "$DIR/moto.pid")" 2>/dev/null; then
         log "moto already running"
@@ -191,6 +197,7 @@ export AWS_ACCESS_KEY_ID=strata-test
 export AWS_SECRET_ACCESS_KEY=strata-test
 export AWS_REGION=us-east-1
 export AWS_ALLOW_HTTP=true
+export STRATA_TEST_PYTHON=$TOOLS/moto-$MOTO_VERSION/bin/python
 EOF
 }
 

@@ -11,7 +11,11 @@
 //! | rest | the Avro binary datum of a `strata.Event` |
 //!
 //! so any consumer can tell which schema wrote a record. [`AvroCodec::fingerprint_hex`] is the
-//! current fingerprint as it goes into the Kafka header.
+//! current fingerprint as it goes into the Kafka header. The fingerprint is the specification's,
+//! as Java, Go and fastavro compute it (`schemas/event.avsc`: `44e736533d36050b` in wire order):
+//! apache-avro 0.21's own canonical form keeps the logical-typed `timestamp` as
+//! `{"type":"long"}`, so records written before this fix carry its fingerprint
+//! (`a73c55ec80f3c10f`, and `a5e1daae55a8815e` for version 1); those are still read.
 //!
 //! # Schemas and versions
 //!
@@ -68,7 +72,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::io::Read;
 
-use apache_avro::{GenericSingleObjectWriter, Schema};
+use apache_avro::{GenericSingleObjectReader, GenericSingleObjectWriter, Schema};
 use strata_core::Event;
 
 pub use error::{Error, Result};
@@ -189,12 +193,12 @@ impl AvroCodec {
                 max: MAX_RECORD_BYTES,
             });
         }
-        let version = writer_version(bytes)?;
+        let (version, reader) = writer_version(bytes)?;
         let mut input = Guarded {
             rest: bytes,
             hit_end: false,
         };
-        let value = version.reader.read_value(&mut input);
+        let value = reader.read_value(&mut input);
         // apache-avro reads a union index at end of input as branch 0 (null) instead of failing,
         // so a record cut before a trailing nullable field would decode; the guard catches it.
         if input.hit_end {
@@ -217,7 +221,7 @@ impl AvroCodec {
 
     /// The version of the schema that wrote `bytes`, read from its header.
     pub fn schema_version_of(&self, bytes: &[u8]) -> Result<u32> {
-        writer_version(bytes).map(|v| v.version)
+        writer_version(bytes).map(|(v, _)| v.version)
     }
 
     /// Fingerprint of the current schema as 16 lowercase hex digits, in wire (little-endian)
@@ -252,12 +256,15 @@ fn write(version: &'static Version, event: &Event, out: &mut Vec<u8>) -> Result<
         let writer = match &mut writers[index] {
             Some(w) => w,
             slot => slot.insert(
-                GenericSingleObjectWriter::new_with_capacity(&version.schema, 1024).map_err(
-                    |source| Error::Schema {
-                        version: version.version,
-                        source,
-                    },
-                )?,
+                GenericSingleObjectWriter::new_with_capacity_and_header_builder(
+                    &version.schema,
+                    1024,
+                    schema::Header(version.fingerprint),
+                )
+                .map_err(|source| Error::Schema {
+                    version: version.version,
+                    source,
+                })?,
             ),
         };
         let result = writer.write_value_ref(&value, out).map(drop);
@@ -273,8 +280,9 @@ fn write(version: &'static Version, event: &Event, out: &mut Vec<u8>) -> Result<
     })
 }
 
-/// The known schema whose fingerprint is in the header of `bytes`.
-fn writer_version(bytes: &[u8]) -> Result<&'static Version> {
+/// The known schema whose fingerprint is in the header of `bytes`, and the reader of that header
+/// (the standard fingerprint's, or the legacy one's).
+fn writer_version(bytes: &[u8]) -> Result<(&'static Version, &'static GenericSingleObjectReader)> {
     if bytes.len() < 2 {
         return Err(Error::Truncated {
             len: bytes.len(),
@@ -300,7 +308,14 @@ fn writer_version(bytes: &[u8]) -> Result<&'static Version> {
             known: REGISTRY
                 .versions
                 .iter()
-                .map(|v| format!("{} (v{})", schema::hex(&v.fingerprint), v.version))
+                .map(|v| {
+                    format!(
+                        "{} (v{}; also read: {})",
+                        schema::hex(&v.fingerprint),
+                        v.version,
+                        schema::hex(&v.legacy_fingerprint)
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", "),
         })

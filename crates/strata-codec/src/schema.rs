@@ -24,10 +24,16 @@ pub(crate) struct Version {
     pub(crate) index: usize,
     pub(crate) version: u32,
     pub(crate) schema: Schema,
-    /// CRC-64-AVRO of the Parsing Canonical Form, little-endian, as on the wire.
+    /// CRC-64-AVRO of the specification's Parsing Canonical Form, little-endian, as on the wire:
+    /// what Java, Go and fastavro compute, and what the codec writes.
     pub(crate) fingerprint: [u8; 8],
-    /// Decodes the datum with this schema (names resolved once, not per record).
+    /// The fingerprint apache-avro 0.21 computes (its canonical form keeps a logical-typed
+    /// primitive as `{"type":"long"}`), which records written before the fix carry: still read.
+    pub(crate) legacy_fingerprint: [u8; 8],
+    /// Decodes a record with the standard header (names resolved once, not per record).
     pub(crate) reader: GenericSingleObjectReader,
+    /// Decodes a record with the legacy header.
+    pub(crate) legacy_reader: GenericSingleObjectReader,
     /// Event type of each branch of the `payload` union, by position (`None`: not a known type).
     pub(crate) payload_types: Vec<Option<EventType>>,
     /// Position of each event type in the `payload` union.
@@ -60,10 +66,20 @@ impl Registry {
         self.versions.iter().find(|v| v.version == version)
     }
 
-    pub(crate) fn by_fingerprint(&self, fingerprint: &[u8]) -> Option<&Version> {
-        self.versions
-            .iter()
-            .find(|v| v.fingerprint.as_slice() == fingerprint)
+    /// The version whose standard or legacy fingerprint this is, and the reader of that header.
+    pub(crate) fn by_fingerprint(
+        &self,
+        fingerprint: &[u8],
+    ) -> Option<(&Version, &GenericSingleObjectReader)> {
+        self.versions.iter().find_map(|v| {
+            if v.fingerprint.as_slice() == fingerprint {
+                Some((v, &v.reader))
+            } else if v.legacy_fingerprint.as_slice() == fingerprint {
+                Some((v, &v.legacy_reader))
+            } else {
+                None
+            }
+        })
     }
 
     pub(crate) fn known_versions(&self) -> Vec<u32> {
@@ -74,12 +90,12 @@ impl Registry {
 impl Version {
     fn parse(index: usize, version: u32, text: &str) -> Result<Version, String> {
         let schema = Schema::parse_str(text).map_err(|e| e.to_string())?;
-        let digest = schema.fingerprint::<Rabin>();
-        let fingerprint: [u8; 8] = digest
-            .bytes
-            .as_slice()
-            .try_into()
-            .map_err(|_| "rabin fingerprint is not 8 bytes".to_owned())?;
+        let legacy_fingerprint = rabin(&schema)?;
+        // The specification's form strips `logicalType` and writes a bare primitive by its name;
+        // re-parsed, that form has no logical type left, so apache-avro fingerprints it right.
+        let canonical = Schema::parse_str(&parsing_canonical_form(&schema))
+            .map_err(|e| format!("canonical form does not parse: {e}"))?;
+        let fingerprint = rabin(&canonical)?;
         let payload_types = payload_record_names(&schema)?
             .into_iter()
             .map(|name| EventType::parse(&name))
@@ -91,17 +107,61 @@ impl Version {
                 payload_index.insert(*ty, i);
             }
         }
-        let reader = GenericSingleObjectReader::new(schema.clone()).map_err(|e| e.to_string())?;
+        let reader_of = |fingerprint: [u8; 8]| {
+            GenericSingleObjectReader::new_with_header_builder(schema.clone(), Header(fingerprint))
+                .map_err(|e| e.to_string())
+        };
+        let reader = reader_of(fingerprint)?;
+        let legacy_reader = reader_of(legacy_fingerprint)?;
         Ok(Version {
             index,
             version,
             schema,
             fingerprint,
+            legacy_fingerprint,
             reader,
+            legacy_reader,
             payload_types,
             payload_index,
         })
     }
+}
+
+/// The single-object header of a fingerprint.
+pub(crate) struct Header(pub(crate) [u8; 8]);
+
+impl apache_avro::headers::HeaderBuilder for Header {
+    fn build_header(&self) -> Vec<u8> {
+        let mut header = vec![0xC3, 0x01];
+        header.extend_from_slice(&self.0);
+        header
+    }
+}
+
+/// CRC-64-AVRO of apache-avro's canonical form of `schema`, in wire order.
+fn rabin(schema: &Schema) -> Result<[u8; 8], String> {
+    schema
+        .fingerprint::<Rabin>()
+        .bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| "rabin fingerprint is not 8 bytes".to_owned())
+}
+
+/// The Parsing Canonical Form of the Avro specification: apache-avro's, with every primitive
+/// that it leaves as an object (`{"type":"long"}`, once its `logicalType` is stripped) written
+/// by its name, as the specification's PRIMITIVES and STRIP rules say.
+pub(crate) fn parsing_canonical_form(schema: &Schema) -> String {
+    let mut form = schema.canonical_form();
+    for primitive in [
+        "null", "boolean", "int", "long", "float", "double", "bytes", "string",
+    ] {
+        form = form.replace(
+            &format!("{{\"type\":\"{primitive}\"}}"),
+            &format!("\"{primitive}\""),
+        );
+    }
+    form
 }
 
 /// Names (without namespace) of the records in the `payload` union of an event schema.

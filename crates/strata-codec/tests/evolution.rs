@@ -11,10 +11,15 @@ use serde_json::Value;
 use strata_codec::{AvroCodec, Error, CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT, SCHEMA_V1};
 use strata_core::{Event, EventType, Payload};
 
-/// Fingerprints of released schemas, wire byte order. A schema that wrote records must never
-/// change: add a new version instead. Cross-checked with the Python reference implementation
-/// (`avro` 1.12.0, `schema.fingerprint("CRC-64-AVRO")`).
-const PINNED: [(u32, &str); 2] = [(1, "a5e1daae55a8815e"), (2, "a73c55ec80f3c10f")];
+/// Fingerprints of released schemas, wire byte order: CRC-64-AVRO of the specification's
+/// Parsing Canonical Form, what the codec writes. A schema that wrote records must never change:
+/// add a new version instead. Cross-checked with fastavro 1.13.1
+/// (`fingerprint(to_parsing_canonical_form(parse_schema(s)), "CRC-64-AVRO")`), as Java and Go
+/// compute them; CI checks them against fastavro again (`independent_fingerprints.rs`).
+const PINNED: [(u32, &str); 2] = [(1, "2479844fe2e620e2"), (2, "44e736533d36050b")];
+/// The fingerprints apache-avro 0.21 (and the Python `avro` 1.12 package) computed, which every
+/// record written before the fix carries: read, never written.
+const LEGACY: [(u32, &str); 2] = [(1, "a5e1daae55a8815e"), (2, "a73c55ec80f3c10f")];
 
 /// Fields version 2 added, by payload record.
 const ADDED_IN_V2: [(&str, &str); 3] = [
@@ -122,13 +127,14 @@ fn v1_fixture_decodes_with_the_current_codec() {
         assert_eq!(codec.schema_version_of(record).expect("header"), 1);
         let event = codec.decode(record).expect("v1 record decodes");
         assert_eq!(&event, want);
-        // The version 1 writer is still byte-for-byte what wrote the fixture.
-        assert_eq!(
-            codec
-                .encode_with_schema_version(want, 1)
-                .expect("encode v1"),
-            *record
-        );
+        // The fixture carries the legacy header; the version 1 writer now writes the standard
+        // one, and the datum byte for byte as before.
+        assert_eq!(hex(&record[2..10]), LEGACY[0].1);
+        let rewritten = codec
+            .encode_with_schema_version(want, 1)
+            .expect("encode v1");
+        assert_eq!(hex(&rewritten[2..10]), PINNED[0].1);
+        assert_eq!(rewritten[10..], record[10..]);
         // And the event carries over to the current schema.
         let current = codec.encode(&event).expect("encode current");
         assert_eq!(
@@ -261,6 +267,19 @@ fn fingerprints_are_pinned() {
         );
     }
     assert_eq!(codec.fingerprint_hex(), PINNED[1].1);
+    // A record with the legacy header of the current schema is read as the current version.
+    let mut legacy = codec
+        .encode(&common::event(common::MINIMAL[0]))
+        .expect("encode");
+    legacy[2..10].copy_from_slice(&unhex(LEGACY[1].1));
+    assert_eq!(
+        codec.schema_version_of(&legacy).expect("legacy header"),
+        CURRENT_SCHEMA_VERSION
+    );
+    assert_eq!(
+        codec.decode(&legacy).expect("legacy record decodes"),
+        common::event(common::MINIMAL[0])
+    );
     let record = codec
         .encode(&common::event(common::MINIMAL[0]))
         .expect("encode");
@@ -411,7 +430,7 @@ fn malformed_records_are_rejected() {
 #[test]
 fn type_and_payload_record_must_agree() {
     use apache_avro::types::Value as Avro;
-    use apache_avro::GenericSingleObjectReader;
+    // apache-avro's own writer puts the legacy header on the record, which is still read.
     use apache_avro::GenericSingleObjectWriter;
 
     let codec = AvroCodec::new();
@@ -422,8 +441,8 @@ fn type_and_payload_record_must_agree() {
     let record = codec
         .encode(&common::event(common::MINIMAL[6]))
         .expect("encode");
-    let reader = GenericSingleObjectReader::new(schema.clone()).expect("reader");
-    let Avro::Record(mut fields) = reader.read_value(&mut &record[..]).expect("generic read")
+    let Avro::Record(mut fields) =
+        apache_avro::from_avro_datum(&schema, &mut &record[10..], None).expect("generic read")
     else {
         panic!("not a record")
     };
@@ -442,4 +461,15 @@ fn type_and_payload_record_must_agree() {
         matches!(&err, Error::InvalidPayload { field, .. } if field == "type"),
         "{err:?}"
     );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect()
 }
