@@ -791,10 +791,11 @@ impl Ingestor {
                     restored = true;
                     // A tenant with nothing projected and nothing on the log tail has no append
                     // to wait for.
+                    // One row tells: the tenant's whole session list is not needed.
                     let has_events = seq > 0
                         || !b
                             .store
-                            .sessions(tenant)
+                            .sessions_page(tenant, None, 1)
                             .await
                             .map_err(|e| backend(&e))?
                             .is_empty();
