@@ -496,7 +496,14 @@ pub fn apply(
                 seq,
                 event_id: event.event_id.clone(),
                 message_id: p.message_id.clone(),
-                role: "user".into(),
+                // What the platform or harness wrote into the user's turn (an environment note, a
+                // format reminder) is not a request: it does not open a turn.
+                role: if event.actor.as_deref() == Some(PLATFORM_ACTOR) {
+                    PLATFORM_ROLE
+                } else {
+                    "user"
+                }
+                .into(),
                 participant_id: participant.clone(),
                 text: p.text.clone(),
                 tokens: t,
@@ -1026,6 +1033,12 @@ fn touch(list: &mut Vec<Sourced>, item: Sourced) {
 
 /// The most telling line of an error output: the first line mentioning an error or failure,
 /// else the first non-empty line; at most 240 characters.
+/// The actor of what the platform or the harness writes (importers set it on injected context).
+pub const PLATFORM_ACTOR: &str = "platform";
+/// The timeline role of a user-turn message the platform wrote: sent like a user message, but
+/// never a request and never the start of a turn.
+pub const PLATFORM_ROLE: &str = "platform";
+
 /// The tool an orphan failure is filed under when its event names none.
 pub const UNNAMED_ORPHAN_TOOL: &str = "unknown tool";
 

@@ -438,3 +438,31 @@ fn the_sessions_privacy_rule_classes_unlabelled_outputs_in_the_fold_and_the_memo
         assert_eq!(*class, Some(want), "{call}");
     }
 }
+
+#[test]
+fn a_prompt_the_platform_wrote_is_projected_as_a_platform_message() {
+    let mut platform = ev(
+        2,
+        "main",
+        "UserPromptSubmitted",
+        json!({"message_id": "m2", "text": "Please always provide EXACTLY ONE action."}),
+    );
+    platform.actor = Some("platform".into());
+    let (_, changes) = fold(&[
+        ev(
+            1,
+            "main",
+            "UserPromptSubmitted",
+            json!({"message_id": "m1", "text": "fix it"}),
+        ),
+        platform,
+    ]);
+    let roles: Vec<&str> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Message(m) => Some(m.role.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(roles, ["user", "platform"]);
+}

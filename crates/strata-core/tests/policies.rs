@@ -473,3 +473,77 @@ fn a_memory_made_on_the_parent_after_the_fork_is_not_the_childs() {
     assert!(!text.contains("LATE-ON-MAIN"), "after the fork: {text}");
     assert_eq!(out.assembly.omitted[&OmissionReason::OtherBranch], 1);
 }
+
+#[test]
+fn a_message_the_platform_wrote_in_the_users_turn_is_sent_but_is_no_request_and_no_new_turn() {
+    use strata_core::assembly::BundleMessage;
+    let big = "row\n".repeat(2000);
+    let messages = vec![
+        msg(1, "user", "agent", "fix the parser bug", vec![]),
+        msg(
+            2,
+            "assistant",
+            "agent",
+            "looking",
+            vec![pair("c1", 2, "read_file", &big, None)],
+        ),
+        msg(3, "assistant", "agent", "two actions", vec![]),
+        msg(
+            4,
+            "platform",
+            "agent",
+            "Please always provide EXACTLY ONE action.",
+            vec![],
+        ),
+        msg(
+            5,
+            "assistant",
+            "agent",
+            "one action",
+            vec![pair("c2", 5, "run_tests", "ok", None)],
+        ),
+    ];
+    let as_user = {
+        let mut m = messages.clone();
+        m[3]["role"] = json!("user");
+        m
+    };
+    // Under the long-turn policy (policy 3 keeps its recorded turn boundaries).
+    let policy = strata_core::assembly::AssemblyPolicy::by_version(
+        strata_core::assembly::POLICY_VERSION_STEPS,
+    )
+    .unwrap();
+    let at = |m: Vec<Value>| {
+        strata_core::assembly::assemble_with_policy(
+            &snapshot("agent", m, AgentState::default()),
+            &AssemblyRequest::default(),
+            &policy,
+            &O200k,
+        )
+    };
+    let a = at(messages);
+    let b = at(as_user);
+    // Sent, as the model read it, in the user's voice.
+    assert!(a.messages.iter().any(|m| matches!(m,
+        BundleMessage::User { text } if text.contains("EXACTLY ONE action"))));
+    // But the turn is still the task's: the read before the reminder is a step of the current
+    // turn, whole, where as a user message it would have closed the turn and shortened it.
+    let result_of = |x: &strata_core::assembly::Assembled| {
+        x.messages
+            .iter()
+            .find_map(|m| match m {
+                BundleMessage::Tool {
+                    tool_call_id,
+                    content,
+                    ..
+                } if tool_call_id == "c1" => Some(content.len()),
+                _ => None,
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(result_of(&a), big.len());
+    assert!(
+        result_of(&b) < big.len(),
+        "as a user message it closes the turn"
+    );
+}

@@ -50,7 +50,9 @@
 //!   kept as the model saw it (`<returncode>…</returncode><output>…</output>`, a timeout notice,
 //!   or the final submission), an error when its return code is not 0, or on a timeout or an
 //!   exception. A response with no block or several calls nothing; the harness's format error
-//!   that follows is a user prompt, as the model read it;
+//!   that follows is a user prompt as the model read it, with actor `platform` (any user message
+//!   after the task that answers no call is the harness's: it is not a request and does not
+//!   open a turn);
 //! - tool-calling mode (`mini-swe-agent-1.1`): `tool_calls` ↔ `tool` messages by id, with the
 //!   `extra.returncode` / `extra.exception_info` the harness recorded; the `exit` message carries
 //!   the submission, the output of the last command (whose `tool` message was never written):
@@ -402,6 +404,9 @@ pub struct MiniSweAgent {
     pending: Option<String>,
     /// Calls of the last response that are still unanswered (by id, tool-calling mode).
     open: Vec<String>,
+    /// Whether the task (the first user message) was converted: a later user message that
+    /// answers no call is the harness's (a format error, a reminder), not the user's.
+    tasked: bool,
 }
 
 impl MiniSweAgent {
@@ -411,6 +416,7 @@ impl MiniSweAgent {
             held: Some(Vec::new()),
             pending: None,
             open: Vec::new(),
+            tasked: false,
         }
     }
 }
@@ -519,7 +525,10 @@ impl MiniSweAgent {
                             u.extra.insert("interrupt_type".into(), kind.clone());
                         }
                     }
-                    Draft::new(&session, p).actor("user")
+                    // Nobody but the harness speaks after the task in a mini-swe-agent run.
+                    let actor = if self.tasked { "platform" } else { "user" };
+                    self.tasked |= role == "user";
+                    Draft::new(&session, p).actor(actor)
                 }
             },
             "assistant" => self.assistant(m, text, &key, &session, out)?,

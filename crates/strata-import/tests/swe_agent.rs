@@ -172,9 +172,15 @@ fn mini_v1_parses_the_one_bash_block_and_reads_return_codes() {
         .as_deref()
         .is_some_and(|o| o.starts_with("<returncode>0</returncode>")));
     assert!(!seen.is_error);
-    // Two blocks: no call, and the format error is a prompt.
+    // Two blocks: no call, and the format error is a prompt — the harness's, not the user's.
     assert!(response(&events[4]).tool_calls.is_empty());
     assert!(prompt(&events[5]).starts_with("Please always provide"));
+    assert_eq!(events[5].actor.as_deref(), Some("platform"));
+    assert_eq!(
+        events[1].actor.as_deref(),
+        Some("user"),
+        "the task is the user's"
+    );
     assert!(result(&events[7]).is_error, "return code 1");
     assert!(result(&events[9]).is_error, "timeout");
     // The submission answers the submit command.

@@ -44,7 +44,7 @@ pub(super) fn verbatim_steps<'m>(
 ) -> usize {
     let mut used = 0;
     let mut n = 0;
-    for m in newest_first.filter(|m| m.role != "user") {
+    for m in newest_first.filter(|m| super::is_step(m)) {
         let t = m.tokens
             + m.tool_calls
                 .iter()

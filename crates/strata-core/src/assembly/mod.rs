@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::payload::{PrivacyClass, ToolSpec};
-use crate::projection::{truncate_chars, AgentState, ToolStatus};
+use crate::projection::{truncate_chars, AgentState, ToolStatus, PLATFORM_ROLE};
 use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS};
 
 mod aging;
@@ -653,7 +653,7 @@ pub fn rehydration_plan_with_policy(
         let newest_step = snapshot
             .messages
             .last()
-            .filter(|m| m.role != "user" && m.role != PEER_ROLE);
+            .filter(|m| m.role != "user" && m.role != PEER_ROLE && m.role != PLATFORM_ROLE);
         let working_set = newest_step
             .into_iter()
             .flat_map(|m| m.tool_calls.iter())
@@ -1115,10 +1115,14 @@ pub fn assemble_with_policy(
         None => visible.iter().collect(),
     };
 
-    // Split messages into turns (a user message and what followed it).
+    // Split messages into turns (a user message and what followed it). Under the long-turn
+    // policy a note the platform wrote into the user's turn does not open one; policy 3 keeps the
+    // boundaries it always had there, so that its figures stay comparable.
+    let platform_opens_turns = policy.aged_steps_after.is_none();
     let mut turns: Vec<Vec<&TimelineMessage>> = Vec::new();
     for m in live {
-        if m.role == "user" || turns.is_empty() {
+        let opens = m.role == "user" || (platform_opens_turns && m.role == PLATFORM_ROLE);
+        if opens || turns.is_empty() {
             turns.push(Vec::new());
         }
         turns.last_mut().expect("pushed").push(m);
@@ -1130,7 +1134,7 @@ pub fn assemble_with_policy(
         .flatten()
         .chain(current_turn.iter())
         .rev()
-        .filter(|m| m.role != "user")
+        .filter(|m| is_step(m))
         .enumerate()
         .map(|(age, m)| (m.seq, age))
         .collect();
@@ -1469,7 +1473,7 @@ pub fn assemble_with_policy(
     };
     // The long-turn policy never says a thing twice: while the whole history goes verbatim (a
     // short session), the task state, facts and memories only restate it.
-    let steps = visible.iter().filter(|m| m.role != "user").count();
+    let steps = visible.iter().filter(|m| is_step(m)).count();
     let restates = compaction.is_none() && keep.is_some_and(|n| n >= steps);
     let is_restatement =
         |u: &Unit| restates && matches!(u.kind, "task_state" | "decisions_and_facts" | "memory");
@@ -1755,7 +1759,7 @@ fn render_aged_turn(
     let mut t = 0;
     let mut aged = 0;
     for m in turn {
-        let old = m.role != "user" && step_ages.get(&m.seq).is_some_and(|a| *a >= keep);
+        let old = is_step(m) && step_ages.get(&m.seq).is_some_and(|a| *a >= keep);
         aged += usize::from(old);
         // A step of the working set in a turn the user has answered since goes verbatim, but a
         // long result of it by its memory, as in the latest completed turn: the next call
@@ -1832,7 +1836,7 @@ fn render_message(
     let mut t = 0;
     match mode {
         Rendering::Current | Rendering::Recent | Rendering::Older | Rendering::Aged => {
-            if m.role == "user" || m.role == PEER_ROLE {
+            if m.role == "user" || m.role == PEER_ROLE || m.role == PLATFORM_ROLE {
                 out.push(BundleMessage::User {
                     text: m.text.clone(),
                 });
@@ -1972,14 +1976,16 @@ fn render_message(
                 ));
             }
             t += tokens.count(&line) + MESSAGE_OVERHEAD_TOKENS;
-            out.push(if m.role == "user" || m.role == PEER_ROLE {
-                BundleMessage::User { text: line }
-            } else {
-                BundleMessage::Assistant {
-                    text: line,
-                    tool_calls: vec![],
-                }
-            });
+            out.push(
+                if m.role == "user" || m.role == PEER_ROLE || m.role == PLATFORM_ROLE {
+                    BundleMessage::User { text: line }
+                } else {
+                    BundleMessage::Assistant {
+                        text: line,
+                        tool_calls: vec![],
+                    }
+                },
+            );
         }
     }
     sources.dedup();
@@ -2494,6 +2500,12 @@ const OTHER_BRANCH_KIND: &str = "other_branch_messages";
 
 /// Role of another participant's final text in a timeline: sent as a labelled user message.
 const PEER_ROLE: &str = "peer";
+
+/// Whether a timeline message is a step of the agent: not what a user, or the platform in the
+/// user's turn, wrote.
+pub(crate) fn is_step(m: &TimelineMessage) -> bool {
+    m.role != "user" && m.role != PLATFORM_ROLE
+}
 
 /// What the privacy policy lets through to this provider.
 #[derive(Debug, Clone, Copy)]
