@@ -213,7 +213,9 @@ pub(super) fn select_memories(
 /// What the session is working on now: the files it read and changed, and the words of its
 /// goal, current task and newest request.
 struct Focus {
-    files: Vec<String>,
+    /// The paths in play and their distinctive file names: what a memory's path-like words are
+    /// looked up in (one set lookup per word, not one scan per file per memory).
+    files: BTreeSet<String>,
     task_terms: BTreeSet<String>,
 }
 
@@ -223,14 +225,11 @@ const TASK_TERMS_SHARED: usize = 2;
 impl Focus {
     fn of(snapshot: &Snapshot) -> Self {
         let s = &snapshot.state;
-        let mut files: Vec<String> = s
-            .files_modified
-            .iter()
-            .chain(s.files_read.iter())
-            .map(|f| f.text.clone())
-            .collect();
-        files.sort();
-        files.dedup();
+        let mut files = BTreeSet::new();
+        for f in s.files_modified.iter().chain(s.files_read.iter()) {
+            files.extend(file_name(&f.text).map(str::to_owned));
+            files.insert(f.text.clone());
+        }
         let request = snapshot
             .messages
             .iter()
@@ -251,12 +250,11 @@ impl Focus {
 
     /// Why `m` is relevant to the work in hand, if it is.
     fn relevance(&self, m: &Memory) -> Option<String> {
-        let data = m.data.to_string();
-        let names = |needle: &str| m.text.contains(needle) || data.contains(needle);
-        if let Some(file) = self
-            .files
-            .iter()
-            .find(|f| names(f) || file_name(f).is_some_and(&names))
+        let path = m.data.get("path").and_then(serde_json::Value::as_str);
+        if let Some(file) = path
+            .into_iter()
+            .chain(path_words(&m.text))
+            .find(|w| self.files.contains(*w))
         {
             return Some(format!("names {file}, a file in play"));
         }
@@ -274,6 +272,13 @@ impl Focus {
 fn file_name(path: &str) -> Option<&str> {
     let name = path.rsplit(['/', '\\']).next()?;
     (name.len() >= 5 && name.contains('.') && name != path).then_some(name)
+}
+
+/// The words of `text` that may be paths or file names (a sentence's final stop dropped).
+fn path_words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '\\')))
+        .map(|w| w.trim_end_matches('.'))
+        .filter(|w| w.contains('.') || w.contains('/'))
 }
 
 /// The words of `text` that can carry meaning across messages: five letters or more, lowercased.
