@@ -141,6 +141,14 @@ impl ApiKeyInfo {
         format!("key_{}", &key_sha256[..16.min(key_sha256.len())])
     }
 
+    /// The 16 hex digits of the key's SHA-256 a key id names, if it is a well-formed id.
+    pub fn hash_prefix(key_id: &str) -> Option<String> {
+        key_id
+            .strip_prefix("key_")
+            .filter(|p| p.len() == 16 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_ascii_lowercase)
+    }
+
     /// Whether the key authenticates at `now` (RFC 3339, UTC, as [`now_utc`] writes it).
     pub fn is_live_at(&self, now: &str) -> bool {
         self.revoked_at.is_none() && self.expires_at.as_deref().is_none_or(|e| e > now)

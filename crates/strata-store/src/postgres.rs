@@ -793,14 +793,7 @@ impl ProjectionStore for PgStore {
         .bind(text(tenant))
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| SessionSummary {
-                session_id: r.get(0),
-                head_seq: r.get::<i64, _>(1) as u64,
-                event_count: r.get::<i64, _>(2) as u64,
-            })
-            .collect())
+        Ok(rows.iter().map(session_summary).collect())
     }
 
     async fn sessions_page(
@@ -818,14 +811,7 @@ impl ProjectionStore for PgStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| SessionSummary {
-                session_id: r.get(0),
-                head_seq: r.get::<i64, _>(1) as u64,
-                event_count: r.get::<i64, _>(2) as u64,
-            })
-            .collect())
+        Ok(rows.iter().map(session_summary).collect())
     }
 
     async fn tenant_for_key(&self, key_sha256: &str) -> Result<Option<String>> {
@@ -889,10 +875,7 @@ impl ProjectionStore for PgStore {
     }
 
     async fn revoke_api_key(&self, key_id: &str, now: &str) -> Result<bool> {
-        let Some(prefix) = key_id
-            .strip_prefix("key_")
-            .filter(|p| p.len() == 16 && p.bytes().all(|b| b.is_ascii_hexdigit()))
-        else {
+        let Some(prefix) = ApiKeyInfo::hash_prefix(key_id) else {
             return Ok(false);
         };
         let done = sqlx::query(
@@ -900,7 +883,7 @@ impl ProjectionStore for PgStore {
              AND revoked_at IS NULL",
         )
         .bind(text(now))
-        .bind(prefix.to_ascii_lowercase())
+        .bind(prefix)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() > 0)
@@ -936,6 +919,15 @@ impl ProjectionStore for PgStore {
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+}
+
+/// A `session_id, head_seq, event_count` row.
+fn session_summary(r: &sqlx::postgres::PgRow) -> SessionSummary {
+    SessionSummary {
+        session_id: r.get(0),
+        head_seq: r.get::<i64, _>(1) as u64,
+        event_count: r.get::<i64, _>(2) as u64,
     }
 }
 

@@ -680,14 +680,7 @@ impl ProjectionStore for SqliteStore {
         .bind(tenant)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| SessionSummary {
-                session_id: r.get(0),
-                head_seq: r.get::<i64, _>(1) as u64,
-                event_count: r.get::<i64, _>(2) as u64,
-            })
-            .collect())
+        Ok(rows.iter().map(session_summary).collect())
     }
 
     async fn sessions_page(
@@ -705,14 +698,7 @@ impl ProjectionStore for SqliteStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| SessionSummary {
-                session_id: r.get(0),
-                head_seq: r.get::<i64, _>(1) as u64,
-                event_count: r.get::<i64, _>(2) as u64,
-            })
-            .collect())
+        Ok(rows.iter().map(session_summary).collect())
     }
 
     async fn tenant_for_key(&self, key_sha256: &str) -> Result<Option<String>> {
@@ -768,10 +754,7 @@ impl ProjectionStore for SqliteStore {
     }
 
     async fn revoke_api_key(&self, key_id: &str, now: &str) -> Result<bool> {
-        let Some(prefix) = key_id
-            .strip_prefix("key_")
-            .filter(|p| p.len() == 16 && p.bytes().all(|b| b.is_ascii_hexdigit()))
-        else {
+        let Some(prefix) = ApiKeyInfo::hash_prefix(key_id) else {
             return Ok(false);
         };
         let done = sqlx::query(
@@ -779,7 +762,7 @@ impl ProjectionStore for SqliteStore {
              AND revoked_at IS NULL",
         )
         .bind(now)
-        .bind(prefix.to_ascii_lowercase())
+        .bind(prefix)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() > 0)
@@ -820,6 +803,15 @@ impl ProjectionStore for SqliteStore {
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+}
+
+/// A `session_id, head_seq, event_count` row.
+fn session_summary(r: &sqlx::sqlite::SqliteRow) -> SessionSummary {
+    SessionSummary {
+        session_id: r.get(0),
+        head_seq: r.get::<i64, _>(1) as u64,
+        event_count: r.get::<i64, _>(2) as u64,
     }
 }
 
