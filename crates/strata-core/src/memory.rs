@@ -1054,13 +1054,7 @@ impl MemoryEngine {
         match &event.payload {
             Payload::SessionStarted(p) => {
                 let project = project_of_start(p, &session);
-                // As the fold does: a rule that does not parse withholds.
-                let privacy = crate::privacy::PrivacyDefaults::of_start(p).unwrap_or(
-                    crate::privacy::PrivacyDefaults {
-                        unlabelled: Some(PrivacyClass::Restricted),
-                        ..Default::default()
-                    },
-                );
+                let privacy = crate::privacy::PrivacyDefaults::folded_from(p);
                 self.privacy
                     .insert((tenant.clone(), session.clone()), privacy);
                 if let Some(user) = user_of_start(p) {

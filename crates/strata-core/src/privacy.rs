@@ -64,6 +64,16 @@ impl PrivacyDefaults {
         })
     }
 
+    /// The rule a folder applies: [`PrivacyDefaults::of_start`], or — for a rule that does not
+    /// parse, which ingest refuses but a record written around it may carry — every unlabelled
+    /// output withheld rather than none.
+    pub fn folded_from(start: &SessionStarted) -> Self {
+        Self::of_start(start).unwrap_or(PrivacyDefaults {
+            unlabelled: Some(PrivacyClass::Restricted),
+            tools: BTreeMap::new(),
+        })
+    }
+
     pub fn is_empty(&self) -> bool {
         self.unlabelled.is_none() && self.tools.is_empty()
     }

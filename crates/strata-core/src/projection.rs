@@ -446,12 +446,7 @@ pub fn apply(
 
     match &event.payload {
         Payload::SessionStarted(p) => {
-            // Validated at ingest; a rule that does not parse (written around ingest) withholds
-            // every unlabelled output rather than none.
-            fold.privacy = PrivacyDefaults::of_start(p).unwrap_or(PrivacyDefaults {
-                unlabelled: Some(PrivacyClass::Restricted),
-                ..PrivacyDefaults::default()
-            });
+            fold.privacy = PrivacyDefaults::folded_from(p);
             if fold.primary_participant.is_none() {
                 fold.primary_participant = Some(participant.clone());
             }
