@@ -77,7 +77,11 @@ pub(crate) fn policy_by_version(v: &str) -> anyhow::Result<AssemblyPolicy> {
     })
 }
 
-pub(crate) async fn run(opts: &BackendOpts, args: &EvalArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    opts: &BackendOpts,
+    policy: &strata_assembler::PolicyOpts,
+    args: &EvalArgs,
+) -> anyhow::Result<()> {
     let options = EvalOptions {
         selection: Selection {
             tenant: args.tenant.clone(),
@@ -87,6 +91,11 @@ pub(crate) async fn run(opts: &BackendOpts, args: &EvalArgs) -> anyhow::Result<(
         },
         policy: args.policy.as_deref().map(policy_by_version).transpose()?,
         budget: args.budget,
+        // `--target-tokens` (the deployment's setting) aims every point, as it aims every
+        // request that names none; `--targets` draws the curve instead.
+        target_tokens: policy.target_tokens,
+        rehydrate_max_bytes: policy.rehydrate_max_bytes,
+        confidential_providers: policy.confidential_providers.clone(),
         last_n: args.last_n,
         keep_points: args.report.is_some(),
         ..EvalOptions::default()

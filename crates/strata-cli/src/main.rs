@@ -545,7 +545,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys { command } => keys(opts, command).await,
         Command::Replay(args) => replay::replay(opts, &args).await,
         Command::Rebuild(args) => replay::rebuild(opts, &args, wait).await,
-        Command::Eval(args) => eval::run(opts, &args).await,
+        Command::Eval(args) => eval::run(opts, &cli.policy, &args).await,
         Command::Archive {
             max_records,
             json,

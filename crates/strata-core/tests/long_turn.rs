@@ -369,3 +369,59 @@ fn a_target_trades_size_for_recall_in_both_directions_and_is_recorded() {
         }
     }
 }
+
+#[test]
+fn a_short_sessions_recovery_block_goes_only_when_it_says_what_no_step_shows() {
+    let error = |call: &str, source: &str, orphan: bool| strata_core::projection::OpenError {
+        tool_call_id: call.into(),
+        tool: "bash".into(),
+        message: "make: *** [build] Error 2".into(),
+        retryable: true,
+        source_event_id: source.into(),
+        privacy_class: None,
+        orphan,
+    };
+    let recovery = |state: AgentState| {
+        let a = assemble(&session(3, state), POLICY_VERSION_STEPS);
+        let sent = a
+            .assembly
+            .included
+            .iter()
+            .any(|s| s.kind == "recovery_state");
+        let restated = a.assembly.omitted_items.iter().any(|o| {
+            o.kind == "recovery_state"
+                && o.reason == strata_core::assembly::OmissionReason::Redundant
+        });
+        (sent, restated)
+    };
+    // The failure is the result of a step that goes verbatim: said once, there.
+    let shown = AgentState {
+        errors: vec![error("call-2", "call-2-r", false)],
+        ..AgentState::default()
+    };
+    assert_eq!(recovery(shown), (false, true));
+    // A failure whose call is not on the log is in no step: the block stays.
+    let orphan = AgentState {
+        errors: vec![
+            error("call-2", "call-2-r", false),
+            error("gone", "gone-r", true),
+        ],
+        ..AgentState::default()
+    };
+    assert_eq!(recovery(orphan), (true, false));
+    // A long session ages most steps: the block stays whatever they show.
+    let long = AgentState {
+        errors: vec![error(
+            &format!("call-{STEPS}"),
+            &format!("call-{STEPS}-r"),
+            false,
+        )],
+        ..AgentState::default()
+    };
+    let a = assemble(&session(STEPS, long), POLICY_VERSION_STEPS);
+    assert!(a
+        .assembly
+        .included
+        .iter()
+        .any(|s| s.kind == "recovery_state"));
+}

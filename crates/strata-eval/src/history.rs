@@ -99,7 +99,7 @@ impl History {
         self.items.is_empty()
     }
 
-    /// Appends a message.
+    /// Appends a message, its tokens counted as `text`.
     #[allow(clippy::too_many_arguments)]
     pub fn push(
         &mut self,
@@ -110,6 +110,24 @@ impl History {
         tool_call_id: Option<String>,
         tool_name: Option<String>,
         tokens: &dyn TokenCounter,
+    ) {
+        let count = tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS;
+        self.push_counted(role, event_id, seq, text, tool_call_id, tool_name, count);
+    }
+
+    /// Appends a message of `count` tokens: what a provider is sent, when that differs from the
+    /// text its references are looked up in (a tool call's arguments are sent as JSON, and
+    /// looked up by their values).
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_counted(
+        &mut self,
+        role: Role,
+        event_id: &str,
+        seq: u64,
+        text: String,
+        tool_call_id: Option<String>,
+        tool_name: Option<String>,
+        count: u64,
     ) {
         let i = self.items.len() as u32;
         let mut seen = std::collections::HashSet::new();
@@ -127,7 +145,6 @@ impl History {
             Role::Assistant => self.last_assistant = Some(i),
             Role::System | Role::Tools => {}
         }
-        let count = tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS;
         self.total_tokens += count;
         self.items.push(Item {
             role,

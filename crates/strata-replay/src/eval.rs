@@ -11,7 +11,7 @@
 //! `--budget` override) and scored with [`strata_eval`] against that recorded answer, beside
 //! the baselines. Nothing is written to the live log or projections.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -48,6 +48,11 @@ pub struct EvalOptions {
     pub budget: Option<u64>,
     /// The size every assembly aims for (default: the recorded target, or none).
     pub target_tokens: Option<u64>,
+    /// Most raw artifact bytes rehydrated into one context (the deployment's setting).
+    pub rehydrate_max_bytes: u64,
+    /// Per tenant, the providers allowed `confidential` raw payloads (the deployment's
+    /// setting); a point with a recorded assembly keeps the recorded answer.
+    pub confidential_providers: BTreeMap<String, BTreeSet<Provider>>,
     /// N of the last-N-observations baseline.
     pub last_n: usize,
     /// Tool outputs over this many bytes become artifacts, as ingest does (the live log's
@@ -66,6 +71,8 @@ impl Default for EvalOptions {
             policy: None,
             budget: None,
             target_tokens: None,
+            rehydrate_max_bytes: strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES,
+            confidential_providers: BTreeMap::new(),
             last_n: strata_eval::DEFAULT_LAST_N,
             artifact_threshold: 8 * 1024,
             keep_points: false,
@@ -316,11 +323,17 @@ impl<'a> Evaluator<'a> {
             self.report.skipped_points += 1;
             return Ok(());
         };
-        let (mut request, recorded_policy) = recorded_request(
-            run.recorded.get(&event.branch_id),
-            self.options.budget,
-            self.options.target_tokens,
-        );
+        let recorded = run.recorded.get(&event.branch_id);
+        let (mut request, recorded_policy) =
+            recorded_request(recorded, self.options.budget, self.options.target_tokens);
+        request.rehydrate_max_bytes = self.options.rehydrate_max_bytes;
+        if recorded.is_none() {
+            request.confidential_allowed = self
+                .options
+                .confidential_providers
+                .get(&event.tenant_id)
+                .is_some_and(|p| p.contains(&request.provider));
+        }
         // What the assembler reads from blob storage for the rehydrations its plan admits.
         let policy = self.options.policy.unwrap_or(recorded_policy);
         for d in rehydration_plan_with_policy(&snapshot, &request, &policy)
@@ -536,8 +549,17 @@ impl Histories {
             return;
         };
         let tool = call.as_ref().and_then(|c| self.tool_names.get(c).cloned());
-        self.branch(&event.branch_id)
-            .push(role, &event.event_id, seq, text, call, tool, &O200k);
+        let count = O200k.count(&sent_text(event).unwrap_or_else(|| text.clone()))
+            + strata_core::tokens::MESSAGE_OVERHEAD_TOKENS;
+        self.branch(&event.branch_id).push_counted(
+            role,
+            &event.event_id,
+            seq,
+            text,
+            call,
+            tool,
+            count,
+        );
     }
 
     /// The message an event is to the model, if any: (role, text, tool call id).
@@ -576,6 +598,31 @@ impl Histories {
             _ => return None,
         })
     }
+}
+
+/// A model response as a provider is sent it when the transcript is replayed: its text, and
+/// each call's name and JSON arguments (`None` for every other event: sent as looked up).
+fn sent_text(event: &Event) -> Option<String> {
+    let calls: Vec<(&str, String)> = match &event.payload {
+        Payload::ModelResponseReceived(p) => p
+            .tool_calls
+            .iter()
+            .map(|c| (c.name.as_str(), c.args.to_string()))
+            .collect(),
+        Payload::ToolCallRequested(p) => vec![(p.name.as_str(), p.args.to_string())],
+        _ => return None,
+    };
+    let mut text = match &event.payload {
+        Payload::ModelResponseReceived(p) => p.text.clone(),
+        _ => String::new(),
+    };
+    for (name, args) in calls {
+        text.push('\n');
+        text.push_str(name);
+        text.push('\n');
+        text.push_str(&args);
+    }
+    Some(text)
 }
 
 fn tools_text(tools: &[ToolSpec]) -> String {
@@ -643,4 +690,41 @@ pub async fn eval(
     }
     ticker.finish(events, total_events, sessions, total_sessions);
     Ok(evaluator.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transcript_replay_is_counted_as_sent_and_looked_up_by_value() {
+        let script = "line one\n\"quoted\"\n".repeat(50);
+        let event = Event::from_json(
+            serde_json::json!({"event_id": "e1", "tenant_id": "t", "session_id": "s",
+                "timestamp": "2026-06-03T10:00:00Z", "type": "ModelResponseReceived", "seq": 2,
+                "payload": {"message_id": "m", "text": "Writing it.", "tool_calls": [
+                    {"tool_call_id": "c1", "name": "write_file",
+                     "args": {"path": "run_me.sh", "content": script}}]}}),
+            None,
+        )
+        .expect("valid event");
+        let mut histories = Histories::default();
+        histories.remember(&event, None);
+        let sent = sent_text(&event).expect("a response is sent");
+        assert!(sent.contains(r#""path":"run_me.sh""#), "{sent}");
+        let tokens = histories.branch("main").baselines(5, 0).transcript_tokens;
+        assert_eq!(
+            tokens,
+            O200k.count(&sent) + strata_core::tokens::MESSAGE_OVERHEAD_TOKENS
+        );
+        // Escaped JSON costs more than the values it carries.
+        let values = O200k.count(&format!("Writing it.\nwrite_file\nrun_me.sh\n{script}\n"));
+        assert!(tokens > values, "{tokens} <= {values}");
+        // References are still found by value.
+        let found = histories.branch("main").last_seen(&strata_eval::Reference {
+            kind: strata_eval::RefKind::Path,
+            text: "run_me.sh".into(),
+        });
+        assert!(found.is_some());
+    }
 }

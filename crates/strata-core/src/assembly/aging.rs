@@ -214,6 +214,84 @@ pub(super) fn superseded(messages: &[&TimelineMessage]) -> BTreeMap<String, Supe
     out
 }
 
+/// Files the agent touched most recently (read, written or edited) whose newest read goes
+/// whole even when its step has aged: the next edit of a file quotes the lines it read, and
+/// its evidence lines cannot know which ones.
+const FILES_IN_PLAY: usize = 4;
+/// Characters of a file in play's newest read sent; past them, its evidence lines.
+const FILE_VIEW_MAX_CHARS: usize = 6_000;
+
+/// Whether a call reads a file (Claude Code's `Read`, an editor's `view`).
+fn reads_file(c: &ToolPair) -> bool {
+    let name = c.name.to_lowercase();
+    name.contains("read")
+        || name.contains("view")
+        || (name.contains("edit") && c.args.contains(r#""command":"view""#))
+}
+
+/// The newest reads of the files in play: call id to path. Files are ranked by the newest
+/// answered call that names them; of the first [`FILES_IN_PLAY`], the newest successful read
+/// stands for the file.
+pub(super) fn file_views(messages: &[&TimelineMessage]) -> BTreeMap<String, String> {
+    let mut touched: Vec<String> = Vec::new();
+    let mut views = BTreeMap::new();
+    let pairs = messages
+        .iter()
+        .rev()
+        .flat_map(|m| m.tool_calls.iter().rev())
+        .filter(|c| !c.status.is_open());
+    for c in pairs {
+        let Some(path) = file_path(&c.args) else {
+            continue;
+        };
+        if !touched.contains(&path) {
+            if touched.len() == FILES_IN_PLAY {
+                continue;
+            }
+            touched.push(path.clone());
+        }
+        let read =
+            reads_file(c) && c.error.is_none() && (c.output.is_some() || c.output_ref.is_some());
+        if read && !views.values().any(|p| *p == path) {
+            views.insert(c.tool_call_id.clone(), path);
+        }
+    }
+    views
+}
+
+/// An aged read of a file in play: as returned, up to [`FILE_VIEW_MAX_CHARS`], then its
+/// evidence lines.
+pub(super) fn file_view_result(
+    c: &ToolPair,
+    rehydrated: Option<&str>,
+    path: &str,
+    seq: u64,
+    salience: &Salience,
+) -> String {
+    let Some(raw) = rehydrated.or(c.output.as_deref()) else {
+        return aged_result(c, seq, salience);
+    };
+    let mut out = format!("[the newest read of {path}, a file in play: as returned]\n");
+    let cut = raw
+        .char_indices()
+        .nth(FILE_VIEW_MAX_CHARS)
+        .map_or(raw.len(), |(i, _)| i);
+    if cut == raw.len() {
+        out.push_str(raw);
+        return out;
+    }
+    // Whole lines: an edit quotes lines, not a line's first half.
+    let cut = raw[..cut].rfind('\n').map_or(cut, |i| i + 1);
+    let (head, rest) = raw.split_at(cut);
+    out.push_str(head);
+    out.push_str(&format!(
+        "[… {} more characters; their evidence lines:]\n",
+        rest.len()
+    ));
+    out.push_str(&evidence_lines(rest, seq, salience, EVIDENCE_MAX_LINES));
+    out
+}
+
 /// What stands in for a superseded result.
 pub(super) fn superseded_text(s: &Superseded) -> String {
     format!(
@@ -497,6 +575,60 @@ mod tests {
         // Mentioned only before the output: not a reason to keep a line.
         let kept = evidence_lines(&output, 10, &Salience::default(), 3);
         assert!(!kept.contains("compute_100"), "{kept}");
+    }
+
+    fn tool(seq: u64, name: &str, args: &str, output: &str) -> TimelineMessage {
+        let mut m = message(seq, "", args);
+        m.tool_calls[0].name = name.into();
+        m.tool_calls[0].output = Some(output.into());
+        m
+    }
+
+    #[test]
+    fn the_newest_read_of_each_file_in_play_goes_whole_and_older_files_do_not() {
+        let body = (1..=400)
+            .map(|i| format!("{i:6}\u{2192}    value_{i} = compute({i})"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let path = |p: &str| format!(r#"{{"file_path":"{p}"}}"#);
+        let mut steps = vec![
+            tool(1, "Read", &path("src/old.py"), &body),
+            tool(2, "Read", &path("src/app.py"), "stale"),
+            tool(3, "Read", &path("src/app.py"), &body),
+        ];
+        for (i, f) in ["a", "b", "c"].iter().enumerate() {
+            steps.push(tool(
+                4 + i as u64,
+                "Edit",
+                &path(&format!("src/{f}.py")),
+                "ok",
+            ));
+        }
+        let refs: Vec<&TimelineMessage> = steps.iter().collect();
+        let views = file_views(&refs);
+        // Four files in play: a, b, c and app.py (its newest read); old.py fell out.
+        assert_eq!(views.get("c3").map(String::as_str), Some("src/app.py"));
+        assert_eq!(views.len(), 1, "{views:?}");
+        let shown = file_view_result(
+            &steps[2].tool_calls[0],
+            None,
+            "src/app.py",
+            3,
+            &Salience::default(),
+        );
+        assert!(shown.contains("value_150 = compute(150)"), "{shown}");
+        assert!(
+            shown.chars().count() < FILE_VIEW_MAX_CHARS + 1_000,
+            "{}",
+            shown.len()
+        );
+        assert!(
+            shown.contains("more characters; their evidence lines"),
+            "{shown}"
+        );
+        // The file that fell out goes by its evidence lines.
+        let aged = aged_result(&steps[0].tool_calls[0], 1, &Salience::default());
+        assert!(!aged.contains("value_150 ="), "{aged}");
     }
 
     #[test]

@@ -648,15 +648,31 @@ pub fn rehydration_plan_with_policy(
     }
     let asked = targets.len();
     if policy.aged_steps_after.is_some() {
-        // The observation the next call answers: the newest step's, unless a user message came
-        // after it (older outputs of the working set go as their previews).
-        let newest_step = snapshot
-            .messages
-            .last()
-            .filter(|m| m.role != "user" && m.role != PEER_ROLE && m.role != PLATFORM_ROLE);
-        let working_set = newest_step
+        // The observation the next call answers (the newest step's, unless a user message came
+        // after it), then the newest reads of the files in play, then the rest of the working
+        // set, newest first.
+        let steps: Vec<&TimelineMessage> = snapshot.messages.iter().collect();
+        let views = aging::file_views(&steps);
+        let newest_first = snapshot.messages.iter().rev();
+        let working_steps = newest_first
+            .take_while(|m| m.role != "user" && m.role != PEER_ROLE && m.role != PLATFORM_ROLE)
+            .filter(|m| is_step(m))
+            .take(policy.aged_steps_after.unwrap_or_default());
+        let mut candidates: Vec<&ToolPair> = Vec::new();
+        for (i, m) in working_steps.enumerate() {
+            candidates.extend(m.tool_calls.iter());
+            if i == 0 {
+                candidates.extend(
+                    pairs
+                        .iter()
+                        .rev()
+                        .map(|(_, c)| *c)
+                        .filter(|c| views.contains_key(&c.tool_call_id)),
+                );
+            }
+        }
+        let working_set = candidates
             .into_iter()
-            .flat_map(|m| m.tool_calls.iter())
             .filter(|c| {
                 c.output_ref.is_some()
                     && c.privacy_class
@@ -1292,17 +1308,20 @@ pub fn assemble_with_policy(
     }
     for (i, child) in state.subagents.iter().enumerate() {
         let (unit, omission) = subagent_unit(child, i as u32, tokens);
-        let reported_in_turns = keep.is_some()
-            && child.report.as_deref().is_some_and(|r| {
-                let head = truncate_chars(r.trim(), 120);
-                visible.iter().flat_map(|m| m.tool_calls.iter()).any(|c| {
-                    c.output
-                        .as_deref()
-                        .is_some_and(|o| o.contains(head.as_str()))
-                })
-            });
+        // The long-turn policy: the call that ran the subagent returned its report, and the
+        // step goes verbatim (newest steps, a result short enough to go whole in any turn).
+        let reported_in_turns = keep.is_some_and(|keep| {
+            child.report.as_deref().is_some_and(|r| {
+                let r = r.trim();
+                visible
+                    .iter()
+                    .filter(|m| step_ages.get(&m.seq).is_some_and(|age| *age < keep))
+                    .flat_map(|m| m.tool_calls.iter())
+                    .filter_map(|c| c.output.as_deref())
+                    .any(|o| o.len() as u64 <= ANSWERED_VERBATIM_MAX_BYTES && o.contains(r))
+            })
+        });
         if reported_in_turns {
-            // The long-turn policy: the call that ran the subagent returned its report.
             omitted_items.push(restated(unit));
         } else {
             units.push(unit);
@@ -1542,6 +1561,12 @@ pub fn assemble_with_policy(
         });
     }
 
+    // A short session under the long-turn policy: when every unresolved error's result went
+    // verbatim, the recovery block only restates them.
+    if restates {
+        used -= drop_restated_recovery(&mut selected, &mut omitted_items);
+    }
+
     // A rehydration the token budget could not take is a refusal too.
     for d in rehydrations.iter_mut().filter(|d| d.rehydrated) {
         let result_id = visible
@@ -1694,10 +1719,41 @@ fn restated(u: Unit) -> Omission {
     }
 }
 
+/// Removes the recovery block from `selected` when every error it names is in a selected step
+/// (an orphan failure never is: its call is not on the log). Returns the tokens it freed.
+fn drop_restated_recovery(selected: &mut Vec<Unit>, omitted: &mut Vec<Omission>) -> u64 {
+    let Some(i) = selected.iter().position(|u| u.kind == "recovery_state") else {
+        return 0;
+    };
+    let shown: BTreeSet<&str> = selected
+        .iter()
+        .filter(|u| {
+            matches!(
+                u.kind,
+                "assistant_step" | "aged_step" | "turn" | "aged_turn"
+            )
+        })
+        .flat_map(|u| u.sources.iter().map(String::as_str))
+        .collect();
+    let restates = selected[i]
+        .sources
+        .iter()
+        .all(|s| shown.contains(s.as_str()));
+    if !restates {
+        return 0;
+    }
+    let unit = selected.remove(i);
+    let freed = unit.tokens;
+    omitted.push(restated(unit));
+    freed
+}
+
 /// The long-turn policy's view of a session while rendering it (see [`aging`]).
 struct Aging<'a> {
     salience: aging::Salience,
     superseded: BTreeMap<String, aging::Superseded>,
+    /// The newest reads of the files in play: call id to path.
+    file_views: BTreeMap<String, String>,
     /// Outputs of the working set rehydrated in place: raw bytes by call id.
     in_place: BTreeMap<String, &'a str>,
 }
@@ -1734,6 +1790,7 @@ impl<'a> Aging<'a> {
         Aging {
             salience: aging::Salience::of(&messages, request_text),
             superseded: aging::superseded(&messages),
+            file_views: aging::file_views(&messages),
             in_place,
         }
     }
@@ -1912,7 +1969,13 @@ fn render_message(
                         let t = tokens.count(&text);
                         (text, t)
                     } else if let (Some(a), Rendering::Aged) = (aging, mode) {
-                        let text = aging::aged_result(c, m.seq, &a.salience);
+                        let text = match a.file_views.get(&c.tool_call_id) {
+                            Some(path) => {
+                                let raw = a.in_place.get(&c.tool_call_id).copied();
+                                aging::file_view_result(c, raw, path, m.seq, &a.salience)
+                            }
+                            None => aging::aged_result(c, m.seq, &a.salience),
+                        };
                         let t = tokens.count(&text);
                         (text, t)
                     } else if let Some(raw) = aging.and_then(|a| a.in_place.get(&c.tool_call_id)) {
