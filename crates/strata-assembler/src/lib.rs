@@ -149,6 +149,9 @@ impl PolicyOpts {
     }
 }
 
+/// Events read per page while `why_not` looks for the events that carry a tool call id.
+const WHY_NOT_PAGE: u32 = 1_000;
+
 /// Why a record is, or is not, in an assembly: [`strata_core::assembly::explain`], and when the
 /// record names no event of it directly, `reference` read as a tool call id of the session —
 /// answered for each event that carries it (the call and its result).
@@ -172,14 +175,21 @@ pub async fn explain_reference(
     if !direct.is_empty() {
         return Ok(direct);
     }
+    // Only events up to the assembly's snapshot can be in it: the scan stops there, a page at
+    // a time, however long the session has grown since.
     let mut lines = Vec::new();
     let mut after = 0;
     loop {
         let page = backends
             .store
-            .events(tenant, &assembly.session_id, after, 10_000)
+            .events(tenant, &assembly.session_id, after, WHY_NOT_PAGE)
             .await?;
-        for e in &page {
+        let within = page.iter().take_while(|e| {
+            e["seq"]
+                .as_u64()
+                .is_some_and(|s| s <= assembly.snapshot_seq)
+        });
+        for e in within {
             let payload = &e["payload"];
             let carries = payload["tool_call_id"] == reference
                 || payload["tool_calls"]
@@ -194,7 +204,9 @@ pub async fn explain_reference(
             lines.extend(found.into_iter().map(|l| format!("{kind} {id}: {l}")));
         }
         match page.last().and_then(|e| e["seq"].as_u64()) {
-            Some(seq) if page.len() == 10_000 => after = seq,
+            Some(seq) if page.len() == WHY_NOT_PAGE as usize && seq < assembly.snapshot_seq => {
+                after = seq
+            }
             _ => break,
         }
     }

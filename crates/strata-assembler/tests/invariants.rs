@@ -371,3 +371,37 @@ async fn why_not_reads_under_the_callers_tenant_and_refuses_a_record_naming_anot
         "{forged:?}"
     );
 }
+
+/// A why-not reads the session only up to the assembly's snapshot: what came later cannot be in
+/// it, and a session that keeps growing does not make the answer slower.
+#[tokio::test]
+async fn why_not_reads_no_event_after_the_assemblys_snapshot() {
+    let mut env = Env::new().await;
+    env.coding_session().await;
+    let assembled = env.context(ContextRequest::default()).await;
+    env.send(
+        "main",
+        "ToolCallRequested",
+        json!({"tool_call_id": "c-late", "name": "bash", "args": {"command": "ls"}}),
+    )
+    .await;
+    let lines =
+        strata_assembler::explain_reference(&env.backends, TENANT, &assembled.assembly, "c-late")
+            .await
+            .unwrap();
+    assert!(
+        !lines.iter().any(|l| l.starts_with("ToolCallRequested")),
+        "{lines:?}"
+    );
+    // A call of the snapshot is still found by its events.
+    let early =
+        strata_assembler::explain_reference(&env.backends, TENANT, &assembled.assembly, "c1")
+            .await
+            .unwrap();
+    assert!(
+        early
+            .iter()
+            .any(|l| l.starts_with("ToolCall") || l.starts_with("ModelResponse")),
+        "{early:?}"
+    );
+}

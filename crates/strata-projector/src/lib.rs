@@ -390,9 +390,9 @@ impl Projector {
                             "projector batch failed; nothing past the last committed batch is \
                              acknowledged, retrying"
                         );
+                        // `/readyz` is unauthenticated: the error is in the log only.
                         self.health.failing(format!(
-                            "projector: {failures} failed attempt(s) in a row, retrying; last \
-                             error: {e}"
+                            "projector: {failures} failed attempt(s) in a row, retrying"
                         ));
                         // The shutdown still wins during the wait.
                         tokio::select! {

@@ -213,8 +213,8 @@ impl Backends {
     /// Opens every backend `opts` names, waiting for the ones that cannot be reached yet: an
     /// attempt that fails with a transient error ([`Error::is_transient`]: connection refused,
     /// reset or timed out) is logged at warn with the backend, its URL (user information
-    /// redacted) and the reason, reported on `health` (`waiting for the projection store
-    /// (postgres://***@db/strata): …`) and retried after a backoff that starts at
+    /// redacted) and the reason, reported on `health` as the kind of backend only (`waiting for
+    /// the projection store`: `/readyz` is unauthenticated) and retried after a backoff that starts at
     /// [`FIRST_OPEN_BACKOFF`] and doubles up to [`MAX_OPEN_BACKOFF`]. Backends already open stay
     /// open meanwhile. Any other error is returned at once.
     ///
@@ -315,7 +315,7 @@ where
     let url = strata_store::redact(url);
     retry
         .health
-        .failing(format!("starting: opening the {what} ({url})"));
+        .failing(format!("starting: opening the {what}"));
     let mut backoff = FIRST_OPEN_BACKOFF;
     let mut failures = 0u32;
     loop {
@@ -342,9 +342,9 @@ where
                     error = %e,
                     "cannot open a backend; retrying"
                 );
-                retry
-                    .health
-                    .failing(format!("waiting for the {what} ({url}): {e}"));
+                // Unauthenticated endpoints serve this: the kind of backend, never its URL or
+                // what it answered (hosts, users, paths). The log above has both.
+                retry.health.failing(format!("waiting for the {what}"));
                 tokio::select! {
                     biased;
                     _ = retry.shutdown.as_mut() => return Ok(None),

@@ -5,9 +5,9 @@
 //! backends with [`Backends::open_with_retry`]. Until they are open the port answers:
 //!
 //! - `/healthz`: 200 (the process is alive: a liveness probe must not restart it for an outage);
-//! - `/readyz`: 503 naming what the service waits for, e.g.
-//!   `{"error": {"code": "unavailable", "message": "waiting for the projection store
-//!   (postgres://***@db:5432/strata): database error: …: Connection refused (os error 111)"}}`;
+//! - `/readyz`: 503 naming the kind of backend the service waits for, e.g.
+//!   `{"error": {"code": "unavailable", "message": "waiting for the projection store"}}` — never
+//!   its URL or what it answered (the endpoint is unauthenticated; the log has both);
 //! - `/metrics`: the metrics;
 //! - any other route: the same 503, so a client never gets an answer the service cannot stand
 //!   behind.

@@ -117,7 +117,7 @@ async fn the_port_answers_503_until_an_unreachable_backend_comes_up() {
         ready = tokio::task::spawn_blocking(move || request(port, "GET", "/readyz"))
             .await
             .unwrap();
-        if matches!(&ready, Some((503, body)) if body.contains("connection refused")) {
+        if matches!(&ready, Some((503, body)) if body.contains("waiting for")) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -127,11 +127,9 @@ async fn the_port_answers_503_until_an_unreachable_backend_comes_up() {
     let body: serde_json::Value = serde_json::from_str(&body).expect("a JSON error");
     let message = body["error"]["message"].as_str().expect("a message");
     assert_eq!(body["error"]["code"], "unavailable", "{body}");
-    assert!(
-        message.starts_with("waiting for the hot state (redis://***@127.0.0.1:"),
-        "{message}"
-    );
-    assert!(message.contains("connection refused"), "{message}");
+    // The kind of backend, and nothing of it: not its URL, host or what it answered (the
+    // endpoint is unauthenticated).
+    assert_eq!(message, "waiting for the hot state", "{message}");
     assert!(!message.contains("hunter2"), "password leaked: {message}");
     let check = move || {
         (
