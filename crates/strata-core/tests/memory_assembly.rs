@@ -4,7 +4,10 @@
 //! memories never offered — each recorded in the ContextAssembly.
 
 use serde_json::{json, Value};
-use strata_core::assembly::{assemble, AssemblyRequest, OmissionReason, Snapshot};
+use strata_core::assembly::{
+    assemble, assemble_with_policy, AssemblyPolicy, AssemblyRequest, OmissionReason, Snapshot,
+    POLICY_VERSION_STEPS,
+};
 use strata_core::memory::{Memory, MemoryEngine};
 use strata_core::payload::Payload;
 use strata_core::projection::AgentState;
@@ -296,4 +299,34 @@ fn under_the_cap_memories_of_the_files_in_play_come_first_then_the_newest() {
         .filter(|o| o.kind == "memory" && o.reason == OmissionReason::Budget)
         .count();
     assert_eq!(capped, 16);
+
+    // The long-turn policy offers an observation's memory only when it is relevant; what a
+    // user said goes as before. (Seven long steps, more than the working set: a history sent
+    // whole would need no memories.)
+    let mut long = snap.clone();
+    for m in &mut long.memories {
+        m.kind = "tool_memory".into();
+    }
+    long.memories[39].kind = "user_preference".into();
+    for i in 0..7u64 {
+        long.messages.push(
+            serde_json::from_value(json!({"seq": 10 + i, "event_id": format!("a{i}"),
+                "role": "assistant", "participant_id": "agent", "text": format!("step {i}"),
+                "tokens": 2_000, "tool_calls": []}))
+            .unwrap(),
+        );
+    }
+    let policy = AssemblyPolicy::by_version(POLICY_VERSION_STEPS).unwrap();
+    let a = assemble_with_policy(&long, &AssemblyRequest::default(), &policy, &O200k);
+    let text = serde_json::to_string(&a.messages).unwrap();
+    assert!(text.contains("rounds half-even"), "the relevant one");
+    assert!(text.contains("observation number 39"), "what the user said");
+    assert!(!text.contains("observation number 38"), "{text}");
+    let not_relevant = a
+        .assembly
+        .omitted_items
+        .iter()
+        .filter(|o| o.kind == "memory" && o.reason == OmissionReason::NotRelevant)
+        .count();
+    assert_eq!(not_relevant, 38);
 }

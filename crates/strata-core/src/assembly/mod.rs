@@ -170,6 +170,9 @@ pub enum OmissionReason {
     OtherScope,
     /// A child subagent's work, private to the child until it finishes or is promoted.
     NotPromoted,
+    /// Under the long-turn policy, a memory of an observation (a tool result, a file change)
+    /// that names neither a file in play nor the task's words.
+    NotRelevant,
 }
 
 /// A message of the current branch lineage, with the tool calls it asked for.
@@ -870,6 +873,7 @@ pub fn omission_text(reason: OmissionReason) -> &'static str {
         OmissionReason::Redundant => "redundant with content already included",
         OmissionReason::OtherScope => "outside this session's scope",
         OmissionReason::NotPromoted => "a subagent's work, not promoted",
+        OmissionReason::NotRelevant => "names neither a file in play nor the task's words",
     }
 }
 
@@ -1404,8 +1408,14 @@ pub fn assemble_with_policy(
         .chain(completed.iter().flat_map(|t| t.iter()))
         .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str()))
         .collect();
-    let (memory_units, memory_omissions) =
-        memories::select_memories(snapshot, &window_calls, &compacted_calls, gate, tokens);
+    let (memory_units, memory_omissions) = memories::select_memories(
+        snapshot,
+        &window_calls,
+        &compacted_calls,
+        keep.is_some(),
+        gate,
+        tokens,
+    );
     omitted_items.extend(memory_omissions);
 
     // Raw rehydration: only what the plan admitted (selection, privacy, provider, byte budget)
