@@ -549,7 +549,8 @@ impl Histories {
             return;
         };
         let tool = call.as_ref().and_then(|c| self.tool_names.get(c).cloned());
-        let count = O200k.count(&sent_text(event).unwrap_or_else(|| text.clone()))
+        let sent = sent_text(event);
+        let count = O200k.count(sent.as_deref().unwrap_or(&text))
             + strata_core::tokens::MESSAGE_OVERHEAD_TOKENS;
         self.branch(&event.branch_id).push_counted(
             role,
