@@ -11,7 +11,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{is_salient, TimelineMessage, ToolPair};
+use super::rehydration::WORKING_SET_REASON;
+use super::{is_salient, AssemblyRequest, RehydrationDecision, TimelineMessage, ToolPair};
 use crate::projection::truncate_chars;
 
 /// Outputs up to this many characters are sent whole even when aged: their evidence lines would
@@ -523,6 +524,54 @@ pub(super) fn aged_prose(text: &str, calls: &[&ToolPair]) -> Option<String> {
         out.push_str(&format!("```\n{}", block.trim_end()));
     }
     dropped.then(|| format!("[older step; what its text named:]\n{}", out.trim_end()))
+}
+
+/// The long-turn policy's view of a session while rendering it.
+pub(super) struct Aging<'a> {
+    pub salience: Salience,
+    pub superseded: BTreeMap<String, Superseded>,
+    /// The newest reads of the files in play: call id to path.
+    pub file_views: BTreeMap<String, String>,
+    /// Outputs of the working set rehydrated in place: raw bytes by call id.
+    pub in_place: BTreeMap<String, &'a str>,
+}
+
+impl<'a> Aging<'a> {
+    /// Marks working-set rehydrations whose bytes the service could not read as refused.
+    pub(super) fn new(
+        visible: &[TimelineMessage],
+        request: &'a AssemblyRequest,
+        rehydrations: &mut [RehydrationDecision],
+    ) -> Self {
+        let messages: Vec<&TimelineMessage> = visible.iter().collect();
+        let request_text = request.request.as_deref();
+        let mut in_place = BTreeMap::new();
+        for d in rehydrations
+            .iter_mut()
+            .filter(|d| d.rehydrated && d.reason == WORKING_SET_REASON)
+        {
+            let raw = d
+                .artifact_ref
+                .as_ref()
+                .and_then(|r| request.rehydrated.get(r));
+            match (raw, &d.tool_call_id) {
+                (Some(raw), Some(id)) => {
+                    in_place.insert(id.clone(), raw.as_str());
+                }
+                _ => {
+                    d.rehydrated = false;
+                    d.reason =
+                        "admitted, but the raw bytes could not be read from blob storage".into();
+                }
+            }
+        }
+        Aging {
+            salience: Salience::of(&messages, request_text),
+            superseded: superseded(&messages),
+            file_views: file_views(&messages),
+            in_place,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 
 use super::{Gate, Omission, OmissionReason, Snapshot, Tier, Unit};
-use crate::memory::Memory;
+use crate::memory::{Memory, Scope};
+use crate::payload::FreshnessClass;
 use crate::tokens::TokenCounter;
 
 /// At most this many memories are offered to the budget.
@@ -21,24 +22,17 @@ pub(super) fn select_memories(
     gate: Gate,
     tokens: &dyn TokenCounter,
 ) -> (Vec<Unit>, Vec<Omission>) {
-    use crate::memory::{retrievable, Scope};
-    use crate::payload::FreshnessClass;
-    let as_of = snapshot
-        .as_of
-        .as_deref()
-        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
-        .map(|t| t.with_timezone(&chrono::Utc));
-    let project = snapshot.project_id.clone().unwrap_or_default();
-    let mut units = Vec::new();
-    let mut omitted = Vec::new();
-    let omit = |omitted: &mut Vec<Omission>, m: &crate::memory::Memory, reason| {
-        omitted.push(Omission {
-            kind: "memory".into(),
-            tier: Tier::P2,
-            reason,
-            source_event_ids: m.source_refs.clone(),
-            tokens: 0,
-        });
+    let offer = Offer {
+        snapshot,
+        project: snapshot.project_id.clone().unwrap_or_default(),
+        as_of: snapshot
+            .as_of
+            .as_deref()
+            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+            .map(|t| t.with_timezone(&chrono::Utc)),
+        verbatim_calls,
+        compacted_calls,
+        gate,
     };
     // Relevant first (naming a file in play, or the task's words), newest first within each:
     // the cap keeps what the next step is likeliest to use, not the oldest.
@@ -50,98 +44,135 @@ pub(super) fn select_memories(
         .collect();
     let mut order: Vec<usize> = (0..snapshot.memories.len()).rev().collect();
     order.sort_by_key(|&i| relevance[i].is_none());
-    let mut offered = 0usize;
+    let mut units = Vec::new();
+    let mut omitted = Vec::new();
     for i in order {
         let m = &snapshot.memories[i];
-        if !retrievable(
-            m,
-            &snapshot.tenant_id,
-            &project,
-            &snapshot.session_id,
-            &snapshot.participant_id,
-            snapshot.user_id.as_deref(),
-        ) {
-            let reason = if m.tenant_id == snapshot.tenant_id
-                && m.session_id == snapshot.session_id
-                && m.scope == Scope::Session
-            {
-                OmissionReason::OtherParticipant
-            } else {
-                OmissionReason::OtherScope
-            };
-            omit(&mut omitted, m, reason);
-            continue;
-        }
-        // A memory of this session made on a sibling branch is that branch's state.
-        if m.session_id == snapshot.session_id && !snapshot.in_lineage(&m.branch_id, m.source_seq) {
-            omit(&mut omitted, m, OmissionReason::OtherBranch);
-            continue;
-        }
-        // A tool memory of this session made from another participant's tool result keeps
-        // that result's privacy here, whatever scope it has elsewhere.
-        if m.kind == "tool_memory"
-            && m.session_id == snapshot.session_id
-            && m.owner_participant != snapshot.participant_id
-            && snapshot
-                .messages
-                .iter()
-                .any(|x| x.role == "assistant" && x.participant_id == m.owner_participant)
-        {
-            omit(&mut omitted, m, OmissionReason::OtherParticipant);
-            continue;
-        }
-        if m.superseded_by.is_some() {
-            omit(&mut omitted, m, OmissionReason::Superseded);
-            continue;
-        }
-        // Restricted never leaves; confidential only to providers on the tenant's allow-list.
-        if gate.withholds(Some(m.privacy_class)) {
-            omit(&mut omitted, m, OmissionReason::PrivacyProvider);
-            continue;
-        }
-        if m.tool_call_id
-            .as_deref()
-            .is_some_and(|c| verbatim_calls.contains(c))
-        {
-            omit(&mut omitted, m, OmissionReason::Redundant);
-            continue;
-        }
-        if m.kind == "file_change"
-            && m.session_id == snapshot.session_id
-            && m.data
-                .get("path")
-                .and_then(serde_json::Value::as_str)
-                .is_some_and(|p| snapshot.state.files_modified.iter().any(|f| f.text == p))
-        {
-            // The task state lists the file already.
-            omit(&mut omitted, m, OmissionReason::Redundant);
-            continue;
-        }
-        if m.tool_call_id
-            .as_deref()
-            .is_some_and(|c| compacted_calls.contains(c))
-        {
-            omit(&mut omitted, m, OmissionReason::Compacted);
-            continue;
-        }
-        let stale = as_of.as_ref().is_some_and(|t| m.is_stale_at(t));
-        if stale && m.freshness_class == FreshnessClass::Volatile {
-            omit(&mut omitted, m, OmissionReason::Stale);
-            continue;
-        }
         // The long-turn policy: an observation's memory that names nothing in play only
         // restates what the session saw (measured: 1.1 points of reduction for no evidence,
         // docs/BENCHMARKS.md). What a user said, and hypotheses, are offered as before.
         let observation = matches!(m.kind.as_str(), "tool_memory" | "file_change");
-        if relevant_observations_only && observation && relevance[i].is_none() {
-            omit(&mut omitted, m, OmissionReason::NotRelevant);
-            continue;
+        let reason = offer.exclusion(m).or_else(|| {
+            if relevant_observations_only && observation && relevance[i].is_none() {
+                Some(OmissionReason::NotRelevant)
+            } else if units.len() >= MAX_MEMORIES {
+                Some(OmissionReason::Budget)
+            } else {
+                None
+            }
+        });
+        match reason {
+            Some(reason) => omitted.push(Omission {
+                kind: "memory".into(),
+                tier: Tier::P2,
+                reason,
+                source_event_ids: m.source_refs.clone(),
+                tokens: 0,
+            }),
+            None => units.push(offer.unit(m, i, relevance[i].as_deref(), tokens)),
         }
-        if offered >= MAX_MEMORIES {
-            omit(&mut omitted, m, OmissionReason::Budget);
-            continue;
+    }
+    (units, omitted)
+}
+
+/// What decides whether a memory is offered to one assembly.
+struct Offer<'a> {
+    snapshot: &'a Snapshot,
+    project: String,
+    as_of: Option<chrono::DateTime<chrono::Utc>>,
+    verbatim_calls: &'a BTreeSet<&'a str>,
+    compacted_calls: &'a BTreeSet<&'a str>,
+    gate: Gate,
+}
+
+impl Offer<'_> {
+    /// Whether this viewer may retrieve `m` at all (tenant, scope, session, participant, user).
+    fn retrievable(&self, m: &Memory) -> bool {
+        let s = self.snapshot;
+        crate::memory::retrievable(
+            m,
+            &s.tenant_id,
+            &self.project,
+            &s.session_id,
+            &s.participant_id,
+            s.user_id.as_deref(),
+        )
+    }
+
+    fn is_stale(&self, m: &Memory) -> bool {
+        self.as_of.as_ref().is_some_and(|t| m.is_stale_at(t))
+    }
+
+    /// Why `m` is not offered, if it is not: not this viewer's, another branch's or
+    /// participant's, superseded, withheld by privacy, shown by the window already, covered by
+    /// the compaction, or stale and volatile.
+    fn exclusion(&self, m: &Memory) -> Option<OmissionReason> {
+        let s = self.snapshot;
+        let this_session = m.session_id == s.session_id;
+        let in_calls =
+            |calls: &BTreeSet<&str>| m.tool_call_id.as_deref().is_some_and(|c| calls.contains(c));
+        if !self.retrievable(m) {
+            return Some(
+                if m.tenant_id == s.tenant_id && this_session && m.scope == Scope::Session {
+                    OmissionReason::OtherParticipant
+                } else {
+                    OmissionReason::OtherScope
+                },
+            );
         }
-        offered += 1;
+        // A memory of this session made on a sibling branch is that branch's state.
+        if this_session && !s.in_lineage(&m.branch_id, m.source_seq) {
+            return Some(OmissionReason::OtherBranch);
+        }
+        // A tool memory of this session made from another participant's tool result keeps
+        // that result's privacy here, whatever scope it has elsewhere.
+        if m.kind == "tool_memory"
+            && this_session
+            && m.owner_participant != s.participant_id
+            && s.messages
+                .iter()
+                .any(|x| x.role == "assistant" && x.participant_id == m.owner_participant)
+        {
+            return Some(OmissionReason::OtherParticipant);
+        }
+        if m.superseded_by.is_some() {
+            return Some(OmissionReason::Superseded);
+        }
+        // Restricted never leaves; confidential only to providers on the tenant's allow-list.
+        if self.gate.withholds(Some(m.privacy_class)) {
+            return Some(OmissionReason::PrivacyProvider);
+        }
+        if in_calls(self.verbatim_calls) {
+            return Some(OmissionReason::Redundant);
+        }
+        // A file change the task state lists already.
+        if m.kind == "file_change"
+            && this_session
+            && m.data
+                .get("path")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|p| s.state.files_modified.iter().any(|f| f.text == p))
+        {
+            return Some(OmissionReason::Redundant);
+        }
+        if in_calls(self.compacted_calls) {
+            return Some(OmissionReason::Compacted);
+        }
+        if self.is_stale(m) && m.freshness_class == FreshnessClass::Volatile {
+            return Some(OmissionReason::Stale);
+        }
+        None
+    }
+
+    /// The unit of an offered memory: its text with its provenance, and why it is offered,
+    /// with stale and conflict marks (both sides of a conflict shown with their sources).
+    fn unit(
+        &self,
+        m: &Memory,
+        i: usize,
+        relevance: Option<&str>,
+        tokens: &dyn TokenCounter,
+    ) -> Unit {
         let mut text = format!(
             "[memory {}] {} ({} {}, confidence {:.2} from {}, observed {})",
             m.memory_id,
@@ -156,11 +187,11 @@ pub(super) fn select_memories(
             Scope::Session => "session memory".to_owned(),
             s => format!("{} memory of this {}", m.kind, s.as_str()),
         };
-        match &relevance[i] {
+        match relevance {
             Some(why) => reason.push_str(&format!(", relevant: {why}")),
             None => reason.push_str(", among the newest"),
         }
-        if stale {
+        if self.is_stale(m) {
             text.push_str(&format!(
                 " [STALE since {}: not current; revalidate with `{}`]",
                 m.stale_after.as_deref().unwrap_or("?"),
@@ -173,26 +204,7 @@ pub(super) fn select_memories(
                 ", stands in for the raw output of call {call} (not in the verbatim turns)"
             ));
         }
-        let mut conflicts = m.conflicts_with.clone();
-        conflicts.extend(
-            snapshot
-                .memories
-                .iter()
-                .filter(|o| {
-                    // Only the other side if it may be shown itself.
-                    o.conflicts_with.contains(&m.memory_id)
-                        && !gate.withholds(Some(o.privacy_class))
-                        && retrievable(
-                            o,
-                            &snapshot.tenant_id,
-                            &project,
-                            &snapshot.session_id,
-                            &snapshot.participant_id,
-                            snapshot.user_id.as_deref(),
-                        )
-                })
-                .map(|o| o.memory_id.clone()),
-        );
+        let conflicts = self.conflicts(m);
         if !conflicts.is_empty() {
             text.push_str(&format!(
                 " [CONFLICTS with {}; sources {}]",
@@ -205,7 +217,7 @@ pub(super) fn select_memories(
             reason.push_str(&format!(", successor of {}", m.supersedes.join(", ")));
         }
         let (message, memory_tokens) = super::data_message("memory", text, tokens);
-        units.push(Unit {
+        Unit {
             kind: "memory",
             tier: Tier::P2,
             reason,
@@ -215,9 +227,26 @@ pub(super) fn select_memories(
             messages: vec![message],
             protected: false,
             order: (1, 1, i as u32),
-        });
+        }
     }
-    (units, omitted)
+
+    /// The memories `m` conflicts with, either way round: the other side only if it may be
+    /// shown itself.
+    fn conflicts(&self, m: &Memory) -> Vec<String> {
+        let mut conflicts = m.conflicts_with.clone();
+        conflicts.extend(
+            self.snapshot
+                .memories
+                .iter()
+                .filter(|o| {
+                    o.conflicts_with.contains(&m.memory_id)
+                        && !self.gate.withholds(Some(o.privacy_class))
+                        && self.retrievable(o)
+                })
+                .map(|o| o.memory_id.clone()),
+        );
+        conflicts
+    }
 }
 
 /// What the session is working on now: the files it read and changed, and the words of its
