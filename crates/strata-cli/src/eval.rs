@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use strata_core::assembly::AssemblyPolicy;
 use strata_core::Event;
-use strata_eval::{SideTotals, Totals};
+use strata_eval::{KindCounts, SideTotals, Totals};
 use strata_import::{Format, ImportOptions, Source};
 use strata_replay::eval::{EvalOptions, EvalReport, Evaluator};
 use strata_replay::replay::{ReplaySource, Selection};
@@ -363,12 +363,21 @@ fn totals_json(t: &Totals) -> serde_json::Value {
         "last_n": side(&t.last_n),
         "truncated": side(&t.truncated),
         "floor": side(&t.floor),
-        "recall_by_kind": t.by_kind.iter().map(|(k, [n, held])| {
-            (k.as_str().to_owned(), serde_json::json!({
-                "evidence": n,
-                "recall": if *n == 0 { 1.0 } else { *held as f64 / *n as f64 },
-            }))
+        "recall_by_kind": t.by_kind.iter().map(|(k, c)| {
+            (k.as_str().to_owned(), kind_json(c))
         }).collect::<serde_json::Map<_, _>>(),
+        "recall_without_words": kind_json(&t.without_words()),
+    })
+}
+
+/// Evidence of some kinds and each context's recall of it.
+fn kind_json(c: &KindCounts) -> serde_json::Value {
+    serde_json::json!({
+        "evidence": c.evidence,
+        "strata": c.recall(c.strata),
+        "last_n": c.recall(c.last_n),
+        "truncated": c.recall(c.truncated),
+        "floor": c.recall(c.floor),
     })
 }
 
@@ -473,6 +482,18 @@ fn table(report: &EvalReport, last_n: usize, sessions: bool) -> String {
         report.elapsed_secs,
         report.totals.complete_points,
         report.totals.points,
+    ));
+    let code = report.totals.without_words();
+    out.push_str(&format!(
+        "recall without plain words used as code ({} of the {} references; the rest are \
+         words such as `split` or `details`, as often vocabulary as a name read earlier): \
+         strata {}, last-{last_n} obs {}, trunc. {}, floor {}\n",
+        code.evidence,
+        report.totals.evidence,
+        pct(code.recall(code.strata)),
+        pct(code.recall(code.last_n)),
+        pct(code.recall(code.truncated)),
+        pct(code.recall(code.floor)),
     ));
     if !report.unreadable.is_empty() {
         out.push_str(&format!(

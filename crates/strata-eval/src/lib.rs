@@ -56,8 +56,8 @@ pub struct PointScore {
     /// References of the response that occur in earlier messages: the evidence.
     pub evidence: u32,
     pub sides: Sides,
-    /// By kind: evidence, and how much of it the policy's context holds.
-    pub by_kind: BTreeMap<RefKind, [u32; 2]>,
+    /// By kind: evidence, and how much of it each context holds.
+    pub by_kind: BTreeMap<RefKind, KindCounts>,
     pub missing: Vec<Missing>,
 }
 
@@ -130,7 +130,7 @@ pub fn score(history: &History, point: Point<'_>, last_n: usize) -> PointScore {
         },
     };
     let mut evidence = 0;
-    let mut by_kind: BTreeMap<RefKind, [u32; 2]> = BTreeMap::new();
+    let mut by_kind: BTreeMap<RefKind, KindCounts> = BTreeMap::new();
     let mut missing = Vec::new();
     for r in refs::references(point.response_text, point.arguments) {
         let Some([transcript, last_n, truncated, floor]) = history.presence(&r, &baselines) else {
@@ -150,9 +150,13 @@ pub fn score(history: &History, point: Point<'_>, last_n: usize) -> PointScore {
         ] {
             side.present += u32::from(held);
         }
-        let kind = by_kind.entry(r.kind).or_default();
-        kind[0] += 1;
-        kind[1] += u32::from(in_context);
+        by_kind.entry(r.kind).or_default().add(&KindCounts {
+            evidence: 1,
+            strata: u64::from(in_context),
+            last_n: u64::from(last_n),
+            truncated: u64::from(truncated),
+            floor: u64::from(floor),
+        });
         if !in_context {
             missing.push(Missing {
                 last_seen: history.last_seen(&r),
@@ -179,9 +183,38 @@ pub struct Totals {
     pub last_n: SideTotals,
     pub truncated: SideTotals,
     pub floor: SideTotals,
-    pub by_kind: BTreeMap<RefKind, [u64; 2]>,
+    pub by_kind: BTreeMap<RefKind, KindCounts>,
     /// Points where the policy's context held all the evidence.
     pub complete_points: u64,
+}
+
+/// Evidence of one kind and how much of it each context held (the transcript holds it all).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct KindCounts {
+    pub evidence: u64,
+    pub strata: u64,
+    pub last_n: u64,
+    pub truncated: u64,
+    pub floor: u64,
+}
+
+impl KindCounts {
+    fn add(&mut self, o: &KindCounts) {
+        self.evidence += o.evidence;
+        self.strata += o.strata;
+        self.last_n += o.last_n;
+        self.truncated += o.truncated;
+        self.floor += o.floor;
+    }
+
+    /// The share of this evidence a context's count holds (1 when there was none).
+    pub fn recall(&self, held: u64) -> f64 {
+        if self.evidence == 0 {
+            1.0
+        } else {
+            held as f64 / self.evidence as f64
+        }
+    }
 }
 
 /// Sums for one context.
@@ -207,10 +240,8 @@ impl Totals {
         self.last_n.add(p.sides.last_n);
         self.truncated.add(p.sides.truncated);
         self.floor.add(p.sides.floor);
-        for (k, [n, held]) in &p.by_kind {
-            let t = self.by_kind.entry(*k).or_default();
-            t[0] += u64::from(*n);
-            t[1] += u64::from(*held);
+        for (k, c) in &p.by_kind {
+            self.by_kind.entry(*k).or_default().add(c);
         }
         self.complete_points += u64::from(p.missing.is_empty());
     }
@@ -228,12 +259,20 @@ impl Totals {
             mine.tokens += theirs.tokens;
             mine.present += theirs.present;
         }
-        for (k, [n, held]) in &o.by_kind {
-            let t = self.by_kind.entry(*k).or_default();
-            t[0] += n;
-            t[1] += held;
+        for (k, c) in &o.by_kind {
+            self.by_kind.entry(*k).or_default().add(c);
         }
         self.complete_points += o.complete_points;
+    }
+
+    /// The evidence of every kind but plain words ([`RefKind::Word`]), summed: what a response
+    /// names that has the shape of code, a path, a number or a quoted value.
+    pub fn without_words(&self) -> KindCounts {
+        let mut sum = KindCounts::default();
+        for (_, c) in self.by_kind.iter().filter(|(k, _)| **k != RefKind::Word) {
+            sum.add(c);
+        }
+        sum
     }
 
     /// The share of the evidence a context held (1 when there was none).

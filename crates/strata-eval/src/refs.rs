@@ -33,14 +33,20 @@ pub enum RefKind {
     Number,
     /// A quoted value with spaces or punctuation (an error message, a string literal).
     Quoted,
+    /// A plain word the response uses as code (in tool-call arguments or a backtick span) with
+    /// no shape of code of its own: a name the session may have defined (`classify`), but as
+    /// often the language's or English vocabulary (`split`, `details`) that a model writes
+    /// without having read it. Counted apart so that recall on both can be read.
+    Word,
 }
 
 impl RefKind {
-    pub const ALL: [RefKind; 4] = [
+    pub const ALL: [RefKind; 5] = [
         RefKind::Path,
         RefKind::Identifier,
         RefKind::Number,
         RefKind::Quoted,
+        RefKind::Word,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -49,6 +55,7 @@ impl RefKind {
             RefKind::Identifier => "identifier",
             RefKind::Number => "number",
             RefKind::Quoted => "quoted",
+            RefKind::Word => "word",
         }
     }
 }
@@ -363,14 +370,18 @@ fn collect(text: &str, code: bool, out: &mut BTreeSet<Reference>) {
         for atom in term.split("::").flat_map(atoms) {
             if atom.chars().all(|c| c.is_ascii_digit()) {
                 push_number(atom, out);
-            } else if atom.chars().count() >= 3 && looks_like_code(atom)
-                || code
-                    && atom.chars().count() >= 4
-                    && atom.chars().all(char::is_alphabetic)
-                    && !is_stop_word(atom)
-            {
+            } else if atom.chars().count() >= 3 && looks_like_code(atom) {
                 out.insert(Reference {
                     kind: RefKind::Identifier,
+                    text: atom.to_owned(),
+                });
+            } else if code
+                && atom.chars().count() >= 4
+                && atom.chars().all(char::is_alphabetic)
+                && !is_stop_word(atom)
+            {
+                out.insert(Reference {
+                    kind: RefKind::Word,
                     text: atom.to_owned(),
                 });
             }
@@ -486,8 +497,8 @@ mod tests {
         let prose = refs("We should rename the tokenizer here.", &[]);
         assert!(prose.is_empty(), "{prose:?}");
         let code = refs("", &["fn tokenizer(input: &str)"]);
-        assert!(code.contains(&(RefKind::Identifier, "tokenizer".into())));
-        assert!(code.contains(&(RefKind::Identifier, "input".into())));
+        assert!(code.contains(&(RefKind::Word, "tokenizer".into())));
+        assert!(code.contains(&(RefKind::Word, "input".into())));
     }
 
     #[test]
