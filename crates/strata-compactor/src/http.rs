@@ -1,7 +1,8 @@
 //! `POST /v1/sessions/{session}/compact`: an explicit compaction request, authenticated with
 //! the tenant's API key and scoped to that tenant. The body (optional) is
 //! `{"branch": "main", "keep_turns": 2}`. The answer is the compaction record (status
-//! `completed` or `failed` with its CompressionCheck), or `{"status": "nothing_to_compact"}`.
+//! `completed` or `failed` with its CompressionCheck), or `{"status": "nothing_to_compact"}`,
+//! once the record is projected (bounded): the next call sees the compaction.
 
 use std::sync::Arc;
 
@@ -67,6 +68,10 @@ async fn compact(
     .await
     {
         Ok(Some(r)) => {
+            // `strata dev` projects beside this route: answer once the record is readable.
+            crate::wait_until_projected(&c.backends, &r)
+                .await
+                .map_err(|e| ApiError::internal(&e))?;
             let status = if r.succeeded() {
                 StatusCode::OK
             } else {

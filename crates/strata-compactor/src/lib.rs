@@ -15,7 +15,9 @@ pub mod scenario;
 
 use std::future::Future;
 
-pub use strata_core::compaction::planner::{compaction_event, CompactorOptions, Planner, ACTOR};
+pub use strata_core::compaction::planner::{
+    compaction_event, compaction_event_id, CompactorOptions, Planner, ACTOR,
+};
 use strata_core::compaction::{compact, CompactionRecord, DeterministicSummarizer};
 use strata_core::payload::Payload;
 use strata_core::tokens::{O200k, TokenCounter};
@@ -214,4 +216,38 @@ pub async fn compact_session(
         .await
         .map_err(|e| Error::Append(e.to_string()))?;
     Ok(Some(record))
+}
+
+/// How long an explicit compaction waits for its record to be projected.
+const RECORD_PROJECTED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits, bounded, until a projector running beside this process holds `record`'s event, so
+/// that what a caller does next (the next context, another compaction) sees the compaction it
+/// was answered with.
+pub(crate) async fn wait_until_projected(
+    backends: &Backends,
+    record: &CompactionRecord,
+) -> Result<(), Error> {
+    let (tenant, session) = (record.tenant_id.as_str(), record.session_id.as_str());
+    let event_id = compaction_event_id(record);
+    let event_id = event_id.as_str();
+    let deadline = std::time::Instant::now() + RECORD_PROJECTED_WAIT;
+    while backends
+        .store
+        .event_seq(tenant, session, event_id)
+        .await?
+        .is_none()
+    {
+        if std::time::Instant::now() >= deadline {
+            tracing::warn!(
+                tenant,
+                session,
+                event_id,
+                "the compaction is on the log but not projected yet; answering without it"
+            );
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    Ok(())
 }

@@ -154,11 +154,16 @@ fn tokens_after_cut(b: &mut Branch, r: &CompactionRecord) {
     }
 }
 
+/// The id of a record's `CompactionCompleted` event.
+pub fn compaction_event_id(record: &CompactionRecord) -> String {
+    format!("cmpev_{}", &record.compaction_id[4..])
+}
+
 /// The `CompactionCompleted` event of a record: its id derives from the compaction id, its time
 /// from the last summarised event, so the same log gives the same event.
 pub fn compaction_event(record: &CompactionRecord, source: &Event) -> Event {
     Event {
-        event_id: format!("cmpev_{}", &record.compaction_id[4..]),
+        event_id: compaction_event_id(record),
         tenant_id: record.tenant_id.clone(),
         session_id: record.session_id.clone(),
         branch_id: record.branch_id.clone(),
