@@ -286,3 +286,36 @@ async fn repeated_failed_authentications_from_one_address_are_throttled_with_429
     // For the rest of the minute, the address is refused whatever key it sends.
     assert_eq!(status_of(&server, &server.key).await.0, 429);
 }
+
+/// Sends one request head (no body) and returns the whole answer.
+async fn answer_to(server: &Server, request_line: &str) -> String {
+    let mut stream = server.connect().await;
+    let head = format!(
+        "{request_line}\r\nhost: x\r\nauthorization: Bearer {}\r\nconnection: close\r\n\r\n",
+        server.key
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    read_response(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("an answer")
+}
+
+#[tokio::test]
+async fn unknown_routes_and_wrong_methods_get_the_json_error_body() {
+    let server = Server::start(HttpLimits::default()).await;
+    let missing = answer_to(&server, "GET /v1/nothing-here HTTP/1.1").await;
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+    assert!(missing.contains("application/json"), "{missing}");
+    assert!(
+        missing.contains(r#""code":"not_found""#) && missing.contains("GET /v1/nothing-here"),
+        "{missing}"
+    );
+    let wrong = answer_to(&server, "GET /v1/events HTTP/1.1").await;
+    assert!(wrong.starts_with("HTTP/1.1 405"), "{wrong}");
+    assert!(wrong.contains(r#""code":"method_not_allowed""#), "{wrong}");
+    // The route's own header survives the rewrite.
+    assert!(
+        wrong.to_ascii_lowercase().contains("allow: post"),
+        "{wrong}"
+    );
+}

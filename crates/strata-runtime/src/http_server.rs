@@ -12,6 +12,8 @@
 //!   its head; a body read after that fails with [`BodyTimeout`], which [`read_body`] answers with
 //!   `408`. Handlers authenticate from the head *before* they read a body (see
 //!   `strata-ingest`), so a keyless client never makes the server buffer anything.
+//! - **Errors**: every error answer has the JSON error body (axum's own rejections too) and every
+//!   `503` a `Retry-After`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
-use axum::http::{Request, StatusCode};
+use axum::http::{header, Request, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -102,10 +104,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let throttle = Arc::new(AuthThrottle::new(limits.auth_failures_per_minute));
-    let router = router.layer(axum::middleware::from_fn_with_state(
-        throttle,
-        throttle_failed_auth,
-    ));
+    let router = router
+        .layer(axum::middleware::from_fn_with_state(
+            throttle,
+            throttle_failed_auth,
+        ))
+        .layer(axum::middleware::from_fn(uniform_errors));
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -192,6 +196,77 @@ impl AuthThrottle {
         }
         entry.1 += 1;
     }
+}
+
+/// Longest plain-text rejection body read back to be re-sent as the JSON error's message.
+const REJECTION_MAX_BYTES: usize = 16 * 1024;
+
+/// The error code of a status that reached a client without the JSON error body.
+fn status_code_name(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
+        StatusCode::TOO_MANY_REQUESTS => "too_many_requests",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    }
+}
+
+/// Every error answer carries the JSON error body, and every `503` a `Retry-After`: axum's own
+/// rejections (a malformed query string, an unknown route, a wrong method) come as plain text
+/// or with no body at all, which a client cannot tell from a proxy's page.
+async fn uniform_errors(req: axum::extract::Request, next: Next) -> Response {
+    let route = format!("{} {}", req.method(), req.uri().path());
+    let response = next.run(req).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let mut response = if is_json {
+        response
+    } else {
+        let (parts, body) = response.into_parts();
+        let text = axum::body::to_bytes(body, REJECTION_MAX_BYTES)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+            .unwrap_or_default();
+        let message = match (text.is_empty(), status) {
+            (false, _) => format!("{route}: {text}"),
+            (true, StatusCode::NOT_FOUND) => format!("no such route: {route}"),
+            (true, StatusCode::METHOD_NOT_ALLOWED) => {
+                format!("{route}: method not allowed on this route")
+            }
+            (true, _) => format!("{route}: {status}"),
+        };
+        let mut fresh = ApiError::new(status, status_code_name(status), message).into_response();
+        for (name, value) in &parts.headers {
+            if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+                fresh.headers_mut().insert(name.clone(), value.clone());
+            }
+        }
+        fresh
+    };
+    if status == StatusCode::SERVICE_UNAVAILABLE
+        && !response.headers().contains_key(header::RETRY_AFTER)
+    {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    response
 }
 
 /// Answers `429` to a client address that failed to authenticate too often this minute, and

@@ -71,6 +71,14 @@ impl Drop for PrivateRedis {
 
 /// `method path` on `port`: the status code and the body (`None`: no answer).
 fn request(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
+    let text = exchange(port, method, path)?;
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
+}
+
+/// `method path` on `port`: the whole answer, head and body.
+fn exchange(port: u16, method: &str, path: &str) -> Option<String> {
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(
@@ -80,9 +88,7 @@ fn request(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
     .ok()?;
     let mut text = String::new();
     conn.read_to_string(&mut text).ok()?;
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((status, body))
+    Some(text)
 }
 
 /// The port answers before the backends are open: `/healthz` 200, `/readyz` and the API 503
@@ -136,13 +142,20 @@ async fn the_port_answers_503_until_an_unreachable_backend_comes_up() {
             request(port, "GET", "/healthz"),
             request(port, "POST", "/v1/events"),
             request(port, "GET", "/metrics").map(|r| r.0),
+            exchange(port, "POST", "/v1/events"),
         )
     };
-    let (healthz, api, metrics) = tokio::task::spawn_blocking(check).await.unwrap();
+    let (healthz, api, metrics, api_head) = tokio::task::spawn_blocking(check).await.unwrap();
     assert_eq!(healthz.map(|r| r.0), Some(200));
     let (status, body) = api.expect("the API answers during the wait");
     assert_eq!(status, 503, "{body}");
     assert!(body.contains(r#""code":"unavailable""#), "{body}");
+    // A client is told when to come back.
+    let api_head = api_head.expect("the API answers during the wait");
+    assert!(
+        api_head.to_ascii_lowercase().contains("retry-after: 1\r\n"),
+        "{api_head}"
+    );
     assert_eq!(metrics, Some(200));
 
     // The server comes up: the next attempt (at most 5 s of backoff later) opens it.
