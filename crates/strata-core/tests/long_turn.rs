@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use strata_core::assembly::{
     assemble_with_policy, Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage, Snapshot,
-    POLICY_VERSION, POLICY_VERSION_STEPS,
+    POLICY_VERSION_STEPS, POLICY_VERSION_TURNS,
 };
 use strata_core::projection::{AgentState, Sourced};
 use strata_core::tokens::{O200k, TokenCounter};
@@ -182,7 +182,7 @@ fn text_of(a: &Assembled) -> String {
 #[test]
 fn older_steps_age_and_the_context_is_a_fraction_of_the_previous_policys() {
     let snapshot = long_turn();
-    let v3 = assemble(&snapshot, POLICY_VERSION);
+    let v3 = assemble(&snapshot, POLICY_VERSION_TURNS);
     let v4 = assemble(&snapshot, POLICY_VERSION_STEPS);
     assert_eq!(v4.assembly.policy_version, POLICY_VERSION_STEPS);
     // v3 keeps the whole turn verbatim under this window; v4 sends its older steps aged.
@@ -299,7 +299,7 @@ fn a_short_session_sent_whole_gets_no_restatement_of_itself() {
     };
     // Three steps and a pending one: all of it fits the working set.
     let snapshot = session(3, state.clone());
-    let v3 = assemble(&snapshot, POLICY_VERSION);
+    let v3 = assemble(&snapshot, POLICY_VERSION_TURNS);
     let v4 = assemble(&snapshot, POLICY_VERSION_STEPS);
     assert!(v3.assembly.included.iter().any(|s| s.kind == "task_state"));
     assert!(!v4.assembly.included.iter().any(|s| s.kind == "task_state"));

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 use strata_core::assembly::{
-    assemble, assemble_with_policy, AssemblyPolicy, AssemblyRequest, OmissionReason, Snapshot,
+    assemble_with_policy, AssemblyPolicy, AssemblyRequest, OmissionReason, Snapshot,
     POLICY_VERSION_STEPS,
 };
 use strata_core::memory::{Memory, MemoryEngine};
@@ -13,6 +13,15 @@ use strata_core::payload::Payload;
 use strata_core::projection::AgentState;
 use strata_core::tokens::O200k;
 use strata_core::Event;
+
+/// Policy 3's memory rules, which these tests pin (the long-turn policies' are below).
+fn assemble(
+    snapshot: &Snapshot,
+    request: &AssemblyRequest,
+    tokens: &O200k,
+) -> strata_core::assembly::Assembled {
+    assemble_with_policy(snapshot, request, &AssemblyPolicy::TURNS, tokens)
+}
 
 fn ev(id: &str, session: &str, ts: &str, ty: &str, payload: Value) -> Event {
     Event::from_json(

@@ -467,11 +467,21 @@ fn a_memory_made_on_the_parent_after_the_fork_is_not_the_childs() {
     snap.lineage = vec![("alt".into(), None), ("main".into(), Some(5))];
     snap.project_id = Some(memories[0].project_id.clone());
     snap.memories = memories;
-    let out = assemble(&snap, &AssemblyRequest::default(), &O200k);
-    let text = bundle_text(&out);
+    // Policy 3 offers the one from before the fork (the long-turn policy, with no step to say
+    // it, offers an observation's memory only when it is relevant); neither offers the other.
+    let turns = strata_core::assembly::assemble_with_policy(
+        &snap,
+        &AssemblyRequest::default(),
+        &strata_core::assembly::AssemblyPolicy::TURNS,
+        &O200k,
+    );
+    let text = bundle_text(&turns);
     assert!(text.contains("rows=10"), "before the fork: {text}");
-    assert!(!text.contains("LATE-ON-MAIN"), "after the fork: {text}");
-    assert_eq!(out.assembly.omitted[&OmissionReason::OtherBranch], 1);
+    for out in [turns, assemble(&snap, &AssemblyRequest::default(), &O200k)] {
+        let text = bundle_text(&out);
+        assert!(!text.contains("LATE-ON-MAIN"), "after the fork: {text}");
+        assert_eq!(out.assembly.omitted[&OmissionReason::OtherBranch], 1);
+    }
 }
 
 #[test]

@@ -5,12 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::gates::{CallNotes, Gate};
-use super::render::{data_message, render_aged_turn, render_message, Rendering};
+use super::render::{data_message, render_message, Rendering};
 use super::selection::restated;
 use super::state::{render_facts, render_recovery, render_state, subagent_unit};
 use super::{
     aging, is_step, memories, Aging, AssemblyPolicy, AssemblyRequest, BundleMessage, Omission,
-    OmissionReason, Snapshot, Tier, TimelineMessage, ToolPair, Unit, ANSWERED_VERBATIM_MAX_BYTES,
+    OmissionReason, Snapshot, Tier, TimelineMessage, ToolPair, Unit,
 };
 use crate::projection::{truncate_chars, ToolStatus, PLATFORM_ROLE};
 use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
@@ -318,6 +318,21 @@ fn facts_unit(cx: &Cx<'_>) -> Option<Unit> {
     })
 }
 
+/// Results and arguments of the working set in a completed turn up to this many bytes go
+/// verbatim under [`super::POLICY_VERSION_STEPS`].
+const ANSWERED_VERBATIM_MAX_BYTES: u64 = 2048;
+
+/// Whether a step has an argument or a result over [`ANSWERED_VERBATIM_MAX_BYTES`].
+fn is_long(m: &TimelineMessage) -> bool {
+    m.tool_calls.iter().any(|c| {
+        c.args.len() as u64 > ANSWERED_VERBATIM_MAX_BYTES
+            || c.output_bytes.unwrap_or(0) > ANSWERED_VERBATIM_MAX_BYTES
+            || c.output
+                .as_ref()
+                .is_some_and(|o| o.len() as u64 > ANSWERED_VERBATIM_MAX_BYTES)
+    })
+}
+
 /// The live history split into turns (a user message and what followed it), with how far back
 /// each step is.
 pub(super) struct Turns<'v> {
@@ -451,15 +466,7 @@ impl<'v> Turns<'v> {
     pub(super) fn render_turn(&self, cx: &Cx<'_>, age: usize) -> Unit {
         let turn = &self.completed[age];
         if let Some(keep) = self.keep.filter(|_| age < self.verbatim_count) {
-            return render_aged_turn(
-                turn,
-                &self.step_ages,
-                keep,
-                cx.notes,
-                cx.gate,
-                cx.aging,
-                cx.tokens,
-            );
+            return self.aged_turn(cx, turn, keep);
         }
         let verbatim = age < self.verbatim_turns;
         let mode = match age {
@@ -490,6 +497,63 @@ impl<'v> Turns<'v> {
             },
             sources,
             rendering: if verbatim { "verbatim" } else { "digest" },
+            messages,
+            tokens,
+            protected: false,
+            order: (2, turn.first().map(|m| m.seq).unwrap_or(0), 0),
+        }
+    }
+
+    /// A completed turn under the long-turn policy: its user messages verbatim, its steps
+    /// among the newest `keep` (counted across turns) as the latest completed turn goes, older
+    /// steps aged.
+    fn aged_turn(&self, cx: &Cx<'_>, turn: &[&TimelineMessage], keep: usize) -> Unit {
+        let answered = cx.policy.answered_turns;
+        let mut messages = Vec::new();
+        let mut sources = Vec::new();
+        let mut tokens = 0;
+        let mut aged = 0;
+        for m in turn {
+            let old = is_step(m) && self.age(m) >= keep;
+            aged += usize::from(old);
+            let mode = match old {
+                true if answered => Rendering::AgedAnswered,
+                true => Rendering::Aged,
+                // The user has answered since: the next call answers them, and a listing they
+                // moved on from is baggage. Policy 4 keeps the short results verbatim.
+                false if answered || is_long(m) => Rendering::Recent,
+                false => Rendering::Current,
+            };
+            let (msgs, src, mt) = render_message(m, mode, cx.notes, cx.gate, cx.aging, cx.tokens);
+            messages.extend(msgs);
+            sources.extend(src);
+            tokens += mt;
+        }
+        let reason = match (aged, answered) {
+            (0, true) => format!(
+                "completed turn within the newest {keep} steps: as the latest turn goes, long \
+                 results by their memory or salient lines"
+            ),
+            (0, false) => format!(
+                "completed turn within the newest {keep} steps: verbatim, results over \
+                 {ANSWERED_VERBATIM_MAX_BYTES} bytes by their memory"
+            ),
+            (_, true) => format!(
+                "completed turn: its messages as written, {aged} older step(s) with their \
+                 results by their memory, else their evidence lines (the newest {keep} steps \
+                 as the latest turn goes)"
+            ),
+            (_, false) => format!(
+                "completed turn: its messages as written, {aged} older step(s) with their \
+                 results by their evidence lines (the newest {keep} steps verbatim)"
+            ),
+        };
+        Unit {
+            kind: if aged > 0 { "aged_turn" } else { "turn" },
+            tier: if aged > 0 { Tier::P2 } else { Tier::P1 },
+            reason,
+            sources,
+            rendering: if aged > 0 { "aged" } else { "verbatim" },
             messages,
             tokens,
             protected: false,

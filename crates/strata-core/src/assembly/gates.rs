@@ -98,19 +98,23 @@ impl CallNote<'_> {
             || c.output
                 .as_ref()
                 .is_some_and(|o| o.len() > MEMORY_FIRST_MIN_CHARS);
-        if matches!(mode, Rendering::Older | Rendering::Digest)
-            || (mode == Rendering::Recent && long)
+        if matches!(
+            mode,
+            Rendering::Older | Rendering::Digest | Rendering::AgedAnswered
+        ) || (mode == Rendering::Recent && long)
         {
             let m = self.memory?;
             let marks = self.marks();
             // A digest line names the artifact itself; elsewhere the memory carries the handle.
             // (The call id is the handle to rehydrate it by; the hash prefix says which bytes.)
             let handle = match (&c.output_ref, mode) {
-                (Some(r), Rendering::Recent | Rendering::Older) => format!(
-                    " [full output: {} of {}]",
-                    truncate_chars(r, "artifact:sha256:".len() + 12),
-                    c.tool_call_id
-                ),
+                (Some(r), Rendering::Recent | Rendering::Older | Rendering::AgedAnswered) => {
+                    format!(
+                        " [full output: {} of {}]",
+                        truncate_chars(r, "artifact:sha256:".len() + 12),
+                        c.tool_call_id
+                    )
+                }
                 _ => String::new(),
             };
             return Some(format!(

@@ -39,27 +39,38 @@ pub use explain::{explain, explain_matches, omission_text};
 use gates::Gate;
 pub use rehydration::{rehydration_plan, rehydration_plan_with_policy};
 pub use render::preview;
-use render::{data_message, is_salient, ANSWERED_VERBATIM_MAX_BYTES};
+use render::{data_message, is_salient};
 
-/// Version of the assembly policy; recorded in every assembly, part of its identity.
-pub const POLICY_VERSION: &str = "strata.assembly/3";
+/// Version of the default assembly policy ([`POLICY_VERSION_ANSWERED`]); every assembly records
+/// its policy's version, part of its identity.
+pub const POLICY_VERSION: &str = POLICY_VERSION_ANSWERED;
+/// The policy that compresses completed turns and sends the current turn verbatim while the
+/// budget allows (the default until `strata.assembly/5`; selectable for replays and eval).
+pub const POLICY_VERSION_TURNS: &str = "strata.assembly/3";
 /// A second policy, selectable for replays ("what if"): the same rules with tighter budget tiers. It spends at most
 /// three quarters of the budget, keeps two completed turns verbatim instead of the request's
 /// count, and sends no P3 digests of older turns.
 pub const POLICY_VERSION_TIGHT: &str = "strata.assembly/3-tight";
-/// The long-turn policy: the rules of [`POLICY_VERSION`], and steps age like turns, the
+/// The long-turn policy: the rules of [`POLICY_VERSION_TURNS`], and steps age like turns, the
 /// current turn's too. The working set — at least the newest [`AGED_STEPS_AFTER`] steps, more
 /// while they fit [`VERBATIM_STEP_TOKENS`], and any with a pending call — goes verbatim (in a turn
 /// the user has answered since, long results by their memory), the newest observation whole even
 /// when offloaded; older steps of the current and the recent turns go with their calls as made
 /// (long strings by their evidence lines), their text by what it names, and their results by
 /// their evidence lines with the handle to rehydrate the rest; a result a later call supersedes
-/// goes once, newest; older turns are digested as under [`POLICY_VERSION`].
+/// goes once, newest; older turns are digested as under [`POLICY_VERSION_TURNS`].
 pub const POLICY_VERSION_STEPS: &str = "strata.assembly/4";
 /// [`POLICY_VERSION_STEPS`] without digests: completed turns past the request's
 /// `verbatim_turns` are aged step by step instead of digested to a line each — more of what a
 /// later call names, for more tokens (measured in `docs/BENCHMARKS.md`).
 pub const POLICY_VERSION_STEPS_WIDE: &str = "strata.assembly/4-wide";
+/// The long-turn policy with completed turns as answered: the rules of [`POLICY_VERSION_STEPS`]
+/// for the turn in progress, and in a completed turn the working set's steps as the latest
+/// turn goes (long results by their memory or salient lines) and older steps with each result
+/// by its tool memory where one exists, else by its evidence lines. Measured on public
+/// trajectories: as small as [`POLICY_VERSION_TURNS`] with a point more recall, and the
+/// scenario suite's reduction unchanged (`docs/BENCHMARKS.md`). The default.
+pub const POLICY_VERSION_ANSWERED: &str = "strata.assembly/5";
 /// Steps of the current turn kept verbatim under [`POLICY_VERSION_STEPS`] (SWE-agent's
 /// default for its last-N-observations processor is 5 too).
 pub const AGED_STEPS_AFTER: usize = 5;
@@ -68,7 +79,8 @@ pub const AGED_STEPS_AFTER: usize = 5;
 pub const VERBATIM_STEP_TOKENS: u64 = 8_000;
 
 /// An assembly policy, chosen by version. [`AssemblyPolicy::default`] is [`POLICY_VERSION`]
-/// and assembles exactly what [`assemble`] does.
+/// and assembles exactly what [`assemble`] does; [`AssemblyPolicy::TURNS`] is policy 3, the
+/// base the others are described against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AssemblyPolicy {
     /// The version recorded in the assembly.
@@ -85,29 +97,42 @@ pub struct AssemblyPolicy {
     /// Under aging, more of the newest steps go verbatim while their tokens fit this many.
     pub verbatim_step_tokens: u64,
     /// Under aging, whether completed turns past the request's `verbatim_turns` are digested
-    /// (with their memories, as [`POLICY_VERSION`] does) instead of aged step by step.
+    /// (with their memories, as [`POLICY_VERSION_TURNS`] does) instead of aged step by step.
     pub digest_older_turns: bool,
+    /// Under aging, whether a completed turn goes as answered ([`POLICY_VERSION_ANSWERED`]).
+    pub answered_turns: bool,
 }
 
 impl Default for AssemblyPolicy {
     fn default() -> Self {
-        Self {
-            version: POLICY_VERSION,
-            budget_percent: 100,
-            max_verbatim_turns: None,
-            digests: true,
-            aged_steps_after: None,
-            verbatim_step_tokens: 0,
-            digest_older_turns: true,
+        AssemblyPolicy {
+            version: POLICY_VERSION_ANSWERED,
+            aged_steps_after: Some(AGED_STEPS_AFTER),
+            verbatim_step_tokens: VERBATIM_STEP_TOKENS,
+            answered_turns: true,
+            ..AssemblyPolicy::TURNS
         }
     }
 }
 
 impl AssemblyPolicy {
+    /// Policy 3 ([`POLICY_VERSION_TURNS`]).
+    pub const TURNS: AssemblyPolicy = AssemblyPolicy {
+        version: POLICY_VERSION_TURNS,
+        budget_percent: 100,
+        max_verbatim_turns: None,
+        digests: true,
+        aged_steps_after: None,
+        verbatim_step_tokens: 0,
+        digest_older_turns: true,
+        answered_turns: false,
+    };
+
     /// Every known policy, default first.
-    pub fn all() -> [AssemblyPolicy; 4] {
+    pub fn all() -> [AssemblyPolicy; 5] {
         [
             AssemblyPolicy::default(),
+            AssemblyPolicy::TURNS,
             AssemblyPolicy {
                 version: POLICY_VERSION_TIGHT,
                 budget_percent: 75,
@@ -116,19 +141,20 @@ impl AssemblyPolicy {
                 aged_steps_after: None,
                 verbatim_step_tokens: 0,
                 digest_older_turns: true,
+                answered_turns: false,
             },
             AssemblyPolicy {
                 version: POLICY_VERSION_STEPS,
                 aged_steps_after: Some(AGED_STEPS_AFTER),
                 verbatim_step_tokens: VERBATIM_STEP_TOKENS,
-                ..AssemblyPolicy::default()
+                ..AssemblyPolicy::TURNS
             },
             AssemblyPolicy {
                 version: POLICY_VERSION_STEPS_WIDE,
                 aged_steps_after: Some(AGED_STEPS_AFTER),
                 verbatim_step_tokens: VERBATIM_STEP_TOKENS,
                 digest_older_turns: false,
-                ..AssemblyPolicy::default()
+                ..AssemblyPolicy::TURNS
             },
         ]
     }

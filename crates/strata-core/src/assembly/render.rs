@@ -2,13 +2,9 @@
 //! older, digest, aged), outputs as previews, memories or evidence lines, never separated from
 //! their calls.
 
-use std::collections::BTreeMap;
-
 use super::aging;
 use super::gates::{CallNote, CallNotes, Gate};
-use super::{
-    is_step, Aging, BundleMessage, BundleToolCall, Tier, TimelineMessage, ToolPair, Unit, PEER_ROLE,
-};
+use super::{Aging, BundleMessage, BundleToolCall, TimelineMessage, ToolPair, PEER_ROLE};
 use crate::projection::{truncate_chars, ToolStatus, PLATFORM_ROLE};
 use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
 
@@ -40,71 +36,6 @@ pub(super) fn data_message(
     )
 }
 
-/// Results and arguments of the working set in a completed turn up to this many bytes go
-/// verbatim.
-pub(super) const ANSWERED_VERBATIM_MAX_BYTES: u64 = 2048;
-
-/// A completed turn under the long-turn policy: its user messages verbatim, its steps among the
-/// newest `keep` (counted across turns) as the latest completed turn goes, older steps aged.
-pub(super) fn render_aged_turn(
-    turn: &[&TimelineMessage],
-    step_ages: &BTreeMap<u64, usize>,
-    keep: usize,
-    notes: &CallNotes,
-    gate: Gate,
-    aging: Option<&Aging>,
-    tokens: &dyn TokenCounter,
-) -> Unit {
-    let mut messages = Vec::new();
-    let mut sources = Vec::new();
-    let mut t = 0;
-    let mut aged = 0;
-    for m in turn {
-        let old = is_step(m) && step_ages.get(&m.seq).is_some_and(|a| *a >= keep);
-        aged += usize::from(old);
-        // A step of the working set in a turn the user has answered since goes verbatim, but a
-        // long result of it by its memory, as in the latest completed turn: the next call
-        // answers the user, and a listing they moved on from is baggage.
-        let long = m.tool_calls.iter().any(|c| {
-            c.args.len() as u64 > ANSWERED_VERBATIM_MAX_BYTES
-                || c.output_bytes.unwrap_or(0) > ANSWERED_VERBATIM_MAX_BYTES
-                || c.output
-                    .as_ref()
-                    .is_some_and(|o| o.len() as u64 > ANSWERED_VERBATIM_MAX_BYTES)
-        });
-        let mode = match (old, long) {
-            (true, _) => Rendering::Aged,
-            (false, true) => Rendering::Recent,
-            (false, false) => Rendering::Current,
-        };
-        let (msgs, src, mt) = render_message(m, mode, notes, gate, aging, tokens);
-        messages.extend(msgs);
-        sources.extend(src);
-        t += mt;
-    }
-    Unit {
-        kind: if aged > 0 { "aged_turn" } else { "turn" },
-        tier: if aged > 0 { Tier::P2 } else { Tier::P1 },
-        reason: if aged > 0 {
-            format!(
-                "completed turn: its messages as written, {aged} older step(s) with their \
-                 results by their evidence lines (the newest {keep} steps verbatim)"
-            )
-        } else {
-            format!(
-                "completed turn within the newest {keep} steps: verbatim, results over \
-                 {ANSWERED_VERBATIM_MAX_BYTES} bytes by their memory"
-            )
-        },
-        sources,
-        rendering: if aged > 0 { "aged" } else { "verbatim" },
-        messages,
-        tokens: t,
-        protected: false,
-        order: (2, turn.first().map(|m| m.seq).unwrap_or(0), 0),
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Rendering {
     /// The turn in progress: messages verbatim, artifact outputs as their stored preview.
@@ -120,6 +51,15 @@ pub(super) enum Rendering {
     /// model itself wrote is what it refers back to most), each result by its tool memory and
     /// its evidence lines.
     Aged,
+    /// An older step of a completed turn: as [`Rendering::Aged`], but each result by its tool
+    /// memory where one exists, as in older turns (the user has moved on since).
+    AgedAnswered,
+}
+
+impl Rendering {
+    fn is_aged(self) -> bool {
+        matches!(self, Rendering::Aged | Rendering::AgedAnswered)
+    }
 }
 
 /// Renders one message with its tool pairs. Returns the messages, the source event ids and the
@@ -206,7 +146,7 @@ impl MessageRenderer<'_> {
         }
         // An aged step keeps what its text names (code, paths, identifiers), not its prose.
         let text = match self.mode {
-            Rendering::Aged => aging::aged_prose(&m.text, &answered),
+            mode if mode.is_aged() => aging::aged_prose(&m.text, &answered),
             _ => None,
         };
         t += match &text {
@@ -223,7 +163,7 @@ impl MessageRenderer<'_> {
     /// A call's arguments and their tokens. Completed turns need what was asked, not every byte
     /// of a long argument (a spreadsheet's rows, a report's body): the event has them all.
     fn arguments(&self, c: &ToolPair, seq: u64) -> (String, u64) {
-        if !matches!(self.mode, Rendering::Current | Rendering::Aged)
+        if !(self.mode == Rendering::Current || self.mode.is_aged())
             && c.args.chars().count() > MAX_ARGS_CHARS
         {
             let short = serde_json::json!({
@@ -240,7 +180,7 @@ impl MessageRenderer<'_> {
         }
         let aged = self
             .aging
-            .filter(|_| self.mode == Rendering::Aged)
+            .filter(|_| self.mode.is_aged())
             .and_then(|a| aging::aged_arguments(&c.args, seq, &a.salience));
         match aged {
             Some(short) => {
@@ -271,7 +211,7 @@ impl MessageRenderer<'_> {
             if let Some(s) = a.superseded.get(&c.tool_call_id) {
                 return counted(aging::superseded_text(s));
             }
-            if self.mode == Rendering::Aged {
+            if self.mode.is_aged() {
                 let raw = a.in_place.get(&c.tool_call_id).copied();
                 return counted(match a.file_views.get(&c.tool_call_id) {
                     Some(path) => aging::file_view_result(c, raw, path, seq, &a.salience),
