@@ -2,7 +2,8 @@
 # Runs Strata's whole test suite: formatting, lints, and every test of the workspace, the
 # distributed backends included, against real servers (PostgreSQL, Redis, an S3-compatible
 # server) that scripts/services.sh installs when missing and starts on loopback. They are
-# stopped when this script exits, whatever happened.
+# stopped when this script exits, whatever happened. Then the Python client's tests against a
+# real `strata dev` (scripts/python-client.sh).
 #
 # Needs the Rust toolchain and root (for apt-get and to run PostgreSQL as its own user).
 # Set STRATA_SKIP_SERVICES=1 to run without the servers (the distributed tests then skip,
@@ -17,8 +18,9 @@ echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 log=$(mktemp)
+pylog=$(mktemp)
 cleanup() {
-    rm -f "$log"
+    rm -f "$log" "$pylog"
     if [ "${STRATA_SKIP_SERVICES:-0}" != 1 ]; then
         scripts/services.sh stop || true
     fi
@@ -37,7 +39,20 @@ set +e
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
-# One closing line for the whole suite (cargo prints one per test binary).
+
+echo "==> python client (clients/python)"
+set +e
+# A no-op when cargo test already built it; the client's tests start this binary.
+cargo build --locked --bin strata &&
+    STRATA_BIN=target/debug/strata scripts/python-client.sh 2>&1 | tee "$pylog"
+py_status=${PIPESTATUS[0]}
+set -e
+
+# One closing line for the whole suite: cargo prints one per test binary, pytest one more.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p += $i; if ($(i+1) ~ /^failed;/) f += $i } }
-     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
-exit "$status"
+     FILENAME == ARGV[2] && /^=* ?[0-9]+ [a-z]+(, [0-9]+ [a-z]+)* in [0-9.]+s/ {
+         for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^(failed|errors?)/) f += $i }
+     }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log" "$pylog"
+if [ "$status" -ne 0 ]; then exit "$status"; fi
+exit "$py_status"
