@@ -472,17 +472,16 @@ class Event(_Open):
     @field_validator("payload", mode="wrap")
     @classmethod
     def _payload_of_type(
-        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+        cls, value: Any, _handler: ValidatorFunctionWrapHandler, info: ValidationInfo
     ) -> Any:
-        """Parses the payload as the shape its event's ``type`` names.
-
-        Payloads carry no tag of their own and keep unknown fields, so without the type a
-        payload could pass for several shapes.
-        """
+        """Parses the payload as the shape its event's ``type`` names, instead of trying every
+        shape of the union (the default handler, never called): payloads carry no tag of their
+        own and keep unknown fields, so without the type a payload could pass for several."""
         event_type = info.data.get("type")
         if event_type is None:
-            # `type` itself failed to validate; that error is the one worth reporting.
-            return handler(value)
+            # `type` itself failed to validate, which fails the event: that is the error worth
+            # reporting, not one per payload shape the value does not fit.
+            return value
         expected = PAYLOAD_TYPES[event_type]
         if isinstance(value, Payload):
             if not isinstance(value, expected):
