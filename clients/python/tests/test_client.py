@@ -213,6 +213,29 @@ def test_artifact_of_a_large_output(client: strata.Client, session_id: str) -> N
     assert stored.output_bytes == len(output.encode())
 
 
+def test_context_rehydrates_an_output_byte_for_byte(client: strata.Client, session_id: str) -> None:
+    b = strata.EventBuilder(session_id)
+    call = strata.tool_call("export_csv", {"table": "invoices"})
+    rows = "".join(f"{i},invoice-{i},{i * 3.25:.2f}\n" for i in range(600))
+    client.append(
+        [
+            b.user_prompt("Export the invoices."),
+            b.model_response(tool_calls=[call]),
+            b.tool_result(call.tool_call_id, rows),
+        ]
+    )
+
+    plain = client.context(session_id)
+    exact = client.context(session_id, rehydrate=[call.tool_call_id])
+
+    encoded = json.dumps(rows.strip())[1:-1]  # as it appears inside the JSON payload
+    assert encoded not in json.dumps(plain.payload)
+    assert encoded in json.dumps(exact.payload)
+    [decision] = exact.assembly.rehydrations
+    assert decision.rehydrated is True and decision.tool_call_id == call.tool_call_id
+    assert decision.bytes == len(rows.encode())
+
+
 def test_artifact_withheld_by_privacy(client: strata.Client, session_id: str) -> None:
     b = strata.EventBuilder(session_id)
     call = strata.tool_call("vault.read", {"key": "db"})
@@ -397,6 +420,8 @@ class TestErrors:
             client.context("s", provider="gemini")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="budget"):
             client.context("s", budget=0)
+        with pytest.raises(ValueError, match="Sequence"):
+            client.context("s", rehydrate="call_1")
         with pytest.raises(ValueError, match="page_size"):
             client.events("s", page_size=10_001)
         with pytest.raises(ValueError, match="session_id"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
@@ -98,7 +98,7 @@ class AsyncClient(BaseClient):
         verbatim_turns: int | None = None,
         policy: str | None = None,
         target_tokens: int | None = None,
-        rehydrate: Iterable[str] | None = None,
+        rehydrate: Sequence[str] | None = None,
         trace: bool | None = None,
     ) -> ContextResponse:
         """Assembles the context of the session's next model call: the provider request body
@@ -117,7 +117,7 @@ class AsyncClient(BaseClient):
             verbatim_turns=verbatim_turns,
             policy=policy,
             target_tokens=target_tokens,
-            rehydrate=None if rehydrate is None else list(rehydrate),
+            rehydrate=rehydrate,
             trace=trace,
         )
         return await self._send(_api.context(session_id, body))
@@ -161,7 +161,7 @@ class AsyncClient(BaseClient):
     ) -> AsyncIterator[Event]:
         """The session's events after ``after_seq``, in seq order, all branches, Strata's own
         (memories, compactions, assemblies) included; fetched a page at a time as iterated
-        (``async for``)."""
+        (``async for``). Iterating raises :class:`NotFound` for a session with no events."""
         _api.check_events_paging(after_seq, page_size)
         return self._events(session_id, after_seq, page_size)
 

@@ -7,6 +7,7 @@ never breaks a reader; request models refuse unknown fields, as the server does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, NonNegativeInt, PositiveInt
@@ -78,8 +79,9 @@ class ContextRequest(BaseModel):
     """Assembly policy version, e.g. ``strata.assembly/4``; defaults to the server's."""
     target_tokens: PositiveInt | None = None
     """The size to aim for below the budget: lower trades recall for cost."""
-    rehydrate: list[str] | None = None
-    """Artifact refs or tool call ids needed byte for byte (within privacy and byte budget)."""
+    rehydrate: Sequence[str] | None = None
+    """Artifact refs or tool call ids needed byte for byte (within privacy and byte budget); a
+    lone string is refused rather than read as a sequence of characters."""
     trace: bool | None = None
     """Record the full per-candidate trace instead of the compact record."""
 
