@@ -188,6 +188,18 @@ def test_compact_a_long_session(client: strata.Client, session_id: str) -> None:
     assert record.first_kept_event_id == events[1 + 4 * 3].event_id
     assert client.compact(session_id, keep_turns=2) is None
 
+    # A failed check is answered 422 with the record, which is returned, not raised. The
+    # deterministic summarizer cannot be made to fail on demand, so this answer is scripted
+    # from the real record.
+    failed = record.model_dump(mode="json")
+    failed["status"] = "failed"
+    failed["check"] |= {"passed": False, "failures": ["drops the modified file src/step_0.py"]}
+    answer = httpx.MockTransport(lambda request: httpx.Response(422, json=failed))
+    with httpx.Client(transport=answer) as http:
+        rejected = strata.Client(client.url, "sk", http_client=http).compact(session_id)
+    assert rejected is not None and not rejected.succeeded
+    assert rejected.check.failures == ["drops the modified file src/step_0.py"]
+
 
 def test_artifact_of_a_large_output(client: strata.Client, session_id: str) -> None:
     b = strata.EventBuilder(session_id)
