@@ -50,11 +50,6 @@ OPENAPI = yaml.safe_load((REPO_ROOT / "docs/openapi.yaml").read_text())
 AVRO = json.loads((REPO_ROOT / "schemas/event.avsc").read_text())
 SCHEMAS = OPENAPI["components"]["schemas"]
 
-#: Where the OpenAPI document says what the server does not do, each checked against the real
-#: server below so that this list shrinks when the document is fixed.
-DOCUMENTED_NOT_SENT = {"context response": {"messages"}}
-
-
 def wire_fields(model: type[BaseModel]) -> set[str]:
     return {f.alias or name for name, f in model.model_fields.items()}
 
@@ -319,13 +314,11 @@ class TestResponses:
         documented = set(
             json_body(operation("POST", "/v1/sessions/{session}/context"))["properties"]
         )
-        assert wire_fields(ContextResponse) == documented - DOCUMENTED_NOT_SENT["context response"]
+        assert wire_fields(ContextResponse) == documented
 
     def test_context_assembly(self) -> None:
         schema = SCHEMAS["ContextAssembly"]
-        # The server sends more than the document lists (tenant, session, provider, model…);
-        # every documented field must be in the model.
-        assert set(schema["properties"]) <= wire_fields(ContextAssembly)
+        assert set(schema["properties"]) == wire_fields(ContextAssembly)
         items = schema["properties"]["included"]["items"]
         assert wire_fields(Segment) == set(items["properties"])
         assert list(get_args(Tier)) == items["properties"]["tier"]["enum"]
@@ -346,7 +339,7 @@ class TestResponses:
         )
 
 
-def test_what_the_document_says_but_the_server_does_not(server: Server, session_id: str) -> None:
+def test_the_server_sends_what_the_document_says(server: Server, session_id: str) -> None:
     with strata.Client(server.url, server.api_key) as client:
         client.append([strata.EventBuilder(session_id).user_prompt("hello")])
     raw = httpx.post(
@@ -355,8 +348,8 @@ def test_what_the_document_says_but_the_server_does_not(server: Server, session_
         headers={"Authorization": f"Bearer {server.api_key}"},
     ).json()
 
-    assert set(raw) & DOCUMENTED_NOT_SENT["context response"] == set()
     assert set(raw) == wire_fields(ContextResponse)
+    assert set(raw["assembly"]) == set(SCHEMAS["ContextAssembly"]["properties"])
 
 
 def test_the_server_serves_no_document_of_its_own(server: Server) -> None:
