@@ -237,8 +237,10 @@ def test_context_rehydrates_an_output_byte_for_byte(client: strata.Client, sessi
         ]
     )
 
-    plain = client.context(session_id)
-    exact = client.context(session_id, rehydrate=[call.tool_call_id])
+    # Policy 3: the default (the long-turn policy) rehydrates the newest observation unasked.
+    plain = client.context(session_id, policy="strata.assembly/3")
+    exact = client.context(session_id, policy="strata.assembly/3", rehydrate=[call.tool_call_id])
+    unasked = client.context(session_id)
 
     encoded = json.dumps(rows.strip())[1:-1]  # as it appears inside the JSON payload
     assert encoded not in json.dumps(plain.payload)
@@ -246,6 +248,9 @@ def test_context_rehydrates_an_output_byte_for_byte(client: strata.Client, sessi
     [decision] = exact.assembly.rehydrations
     assert decision.rehydrated is True and decision.tool_call_id == call.tool_call_id
     assert decision.bytes == len(rows.encode())
+    assert encoded in json.dumps(unasked.payload)
+    [working_set] = unasked.assembly.rehydrations
+    assert working_set.rehydrated is True and "newest observation" in working_set.reason
 
 
 def test_artifact_withheld_by_privacy(client: strata.Client, session_id: str) -> None:
