@@ -171,12 +171,16 @@ async fn state(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct EventsQuery {
     #[serde(default)]
     after_seq: u64,
     #[serde(default = "default_limit")]
     limit: u32,
 }
+
+/// Most events one page of `GET /v1/sessions/{id}/events` holds.
+const EVENTS_PAGE_MAX: u32 = 10_000;
 
 fn default_limit() -> u32 {
     1000
@@ -189,6 +193,12 @@ async fn events(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = tenant(&a, &headers).await?;
+    if !(1..=EVENTS_PAGE_MAX).contains(&q.limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit: {} is out of range; ask for 1 to {EVENTS_PAGE_MAX} events",
+            q.limit
+        )));
+    }
     match a.backends().store.session_fold(&tenant, &session).await {
         Ok(Some(_)) => {}
         Ok(None) => {
@@ -201,7 +211,7 @@ async fn events(
     let events = a
         .backends()
         .store
-        .events(&tenant, &session, q.after_seq, q.limit.clamp(1, 10_000))
+        .events(&tenant, &session, q.after_seq, q.limit)
         .await
         .map_err(store_error)?;
     Ok(Json(json!({ "events": events })))

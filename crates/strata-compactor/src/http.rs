@@ -57,6 +57,17 @@ async fn compact(
     let branch = request
         .branch
         .unwrap_or_else(|| strata_core::MAIN_BRANCH.to_owned());
+    let known = c
+        .backends
+        .store
+        .session_fold(&tenant, &session)
+        .await
+        .map_err(|e| ApiError::internal(&e))?;
+    if known.is_none() {
+        return Err(ApiError::not_found(format!(
+            "session {session:?} not found"
+        )));
+    }
     match crate::compact_session(
         &c.backends,
         &c.ingestor,

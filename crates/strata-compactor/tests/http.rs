@@ -60,13 +60,24 @@ async fn compact_endpoint_is_authenticated_and_returns_the_record() {
         .await
         .unwrap();
     let router = strata_compactor::http::routes(backends.clone(), ingestor);
+    // A projector follows the log, as in `strata dev`.
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let projector = strata_projector::Projector::start(
+        backends.clone(),
+        strata_projector::ProjectorOptions::default(),
+    )
+    .await
+    .unwrap();
+    let projecting = tokio::spawn(projector.run(async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    }));
 
     let (status, _) = post(&router, None, "/v1/sessions/s/compact", "").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    // Another tenant sees no such session: nothing to compact, nothing written for it.
+    // Another tenant sees no such session, as for any unknown one; nothing is written for it.
     let (status, body) = post(&router, Some("sk_other"), "/v1/sessions/s/compact", "").await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(body["status"], "nothing_to_compact");
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["code"], "not_found");
     let (status, body) = post(
         &router,
         Some("sk_t"),
@@ -76,7 +87,21 @@ async fn compact_endpoint_is_authenticated_and_returns_the_record() {
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "completed");
-    assert!(body["compaction_id"].as_str().unwrap().starts_with("cmp_"));
+    let compaction_id = body["compaction_id"].as_str().unwrap();
+    assert!(compaction_id.starts_with("cmp_"));
+    // Answered once projected: the next call sees it, and a second compaction finds nothing.
+    let event_id = format!("cmpev_{}", &compaction_id[4..]);
+    let seq = backends.store.event_seq("t", "s", &event_id).await.unwrap();
+    assert!(seq.is_some(), "the compaction is not projected yet");
+    let (status, body) = post(
+        &router,
+        Some("sk_t"),
+        "/v1/sessions/s/compact",
+        r#"{"keep_turns": 3}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "nothing_to_compact");
     let (status, _) = post(
         &router,
         Some("sk_t"),
@@ -85,4 +110,6 @@ async fn compact_endpoint_is_authenticated_and_returns_the_record() {
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    stop.send(true).unwrap();
+    projecting.await.unwrap().unwrap();
 }
