@@ -84,10 +84,11 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
                 .await?;
         }
         strata_projector::catch_up(&backends).await?;
-        // The default policy, the long-turn policy, and the default with its record appended.
+        // The default policy, policy 3 (the default before it), and the default with its
+        // record appended.
         let runs = [
             (false, None),
-            (false, Some(strata_core::assembly::POLICY_VERSION_STEPS)),
+            (false, Some(strata_core::assembly::POLICY_VERSION_TURNS)),
             (true, None),
         ];
         for (record, policy) in runs {
