@@ -368,6 +368,9 @@ def test_every_error_answer_has_the_json_error_body(server: Server) -> None:
         ("GET", "/v1/sessions?bogus=1", 400, "bad_request"),
         ("GET", "/v1/nothing-here", 404, "not_found"),
         ("DELETE", "/v1/events", 405, "method_not_allowed"),
+        ("GET", "/v1/sessions/any/events?limit=0", 400, "bad_request"),
+        ("GET", "/v1/sessions/any/events?bogus=1", 400, "bad_request"),
+        ("POST", "/v1/sessions/no-such-session/compact", 404, "not_found"),
     ]:
         answer = httpx.request(method, server.url + path, headers=auth)
         assert answer.status_code == status, (path, answer.text)
