@@ -426,6 +426,8 @@ class TestErrors:
     def test_server_side_bad_request(self, client: strata.Client, session_id: str) -> None:
         b = strata.EventBuilder(session_id)
         client.append([b.user_prompt("hi"), b.fork("alt", "whatever")])
+        # Compaction reads the projections, which trail the append.
+        eventually(lambda: client.state(session_id), lambda s: s.head_seq >= 2)
 
         with pytest.raises(strata.BadRequest) as caught:
             client.compact(session_id, branch="alt")
