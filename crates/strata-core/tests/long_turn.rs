@@ -425,3 +425,64 @@ fn a_short_sessions_recovery_block_goes_only_when_it_says_what_no_step_shows() {
         .iter()
         .any(|s| s.kind == "recovery_state"));
 }
+
+#[test]
+fn a_subagents_report_rehydrated_whole_in_its_step_is_not_sent_again_beside_it() {
+    let report: String = (0..120)
+        .map(|i| format!("finding {i}: src/module_{i:02} keeps its byte order"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let child = strata_core::projection::SubagentState {
+        child_session_id: "child-1".into(),
+        task: Some("survey the modules".into()),
+        status: "succeeded".into(),
+        finished: true,
+        report: Some(report.clone()),
+        started_event_id: "sub-start".into(),
+        last_event_id: "sub-end".into(),
+        ..Default::default()
+    };
+    let state = AgentState {
+        subagents: vec![child],
+        ..AgentState::default()
+    };
+    let mut snapshot = session(3, state);
+    // The newest step ran the subagent; its result (the report, offloaded) is the newest
+    // observation, which the long-turn policy sends whole in place.
+    let artifact = "artifact:sha256:0123456789abcdef";
+    let seq = 3 + 3 * 2;
+    let args = json!({"description": "survey the modules"});
+    let mut task = pair("call-task", seq, "Task", &args, Some(&report), None);
+    task["output"] = Value::Null;
+    task["output_ref"] = json!(artifact);
+    task["output_preview"] = json!(&report[..200]);
+    let task: strata_core::assembly::ToolPair = serde_json::from_value(task).unwrap();
+    let newest = snapshot.messages.last_mut().unwrap();
+    newest.tool_calls = vec![task];
+    let at = |rehydrated: bool| {
+        let mut request = AssemblyRequest::default();
+        if rehydrated {
+            request.rehydrated.insert(artifact.into(), report.clone());
+        }
+        assemble_with_policy(&snapshot, &request, &AssemblyPolicy::default(), &O200k)
+    };
+    let once = at(true);
+    assert_eq!(result_of(&once, "call-task"), Some(report.as_str()));
+    assert!(!once
+        .assembly
+        .included
+        .iter()
+        .any(|s| s.kind == "subagent_result"));
+    assert!(once.assembly.omitted_items.iter().any(|o| {
+        o.kind == "subagent_result" && o.reason == strata_core::assembly::OmissionReason::Redundant
+    }));
+    assert_eq!(text_of(&once).matches("finding 119:").count(), 1);
+    // When the bytes cannot be read, the step has only the preview: the report goes.
+    let unread = at(false);
+    assert!(unread
+        .assembly
+        .included
+        .iter()
+        .any(|s| s.kind == "subagent_result"));
+    assert_eq!(text_of(&unread).matches("finding 119:").count(), 1);
+}

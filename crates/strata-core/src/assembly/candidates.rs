@@ -63,7 +63,7 @@ pub(super) fn collect<'v>(
     fixed.extend(state_units(cx));
     for (i, child) in cx.snapshot.state.subagents.iter().enumerate() {
         let (unit, omission) = subagent_unit(child, i as u32, cx.tokens);
-        if history.reports_verbatim(visible, child.report.as_deref()) {
+        if history.reports_verbatim(cx, visible, child.report.as_deref()) {
             omitted.push(restated(unit));
         } else {
             fixed.push(unit);
@@ -571,18 +571,37 @@ impl<'v> Turns<'v> {
     }
 
     /// Under the long-turn policy: whether the call that ran a subagent returned its report and
-    /// the step goes verbatim (among the newest steps, a result short enough to go whole in any
-    /// turn), so that the report would be said twice.
-    fn reports_verbatim(&self, visible: &[TimelineMessage], report: Option<&str>) -> bool {
+    /// the step goes verbatim, so that the report would be said twice: among the newest steps, a
+    /// result short enough to go whole in any turn, or, in the turn in progress, an offloaded
+    /// result rehydrated whole in place.
+    fn reports_verbatim(
+        &self,
+        cx: &Cx<'_>,
+        visible: &[TimelineMessage],
+        report: Option<&str>,
+    ) -> bool {
         let (Some(keep), Some(report)) = (self.keep, report) else {
             return false;
         };
         let report = report.trim();
+        let in_progress: BTreeSet<u64> = self.current.iter().map(|m| m.seq).collect();
+        let sent_whole = |m: &TimelineMessage, c: &ToolPair| {
+            let short = c
+                .output
+                .as_deref()
+                .filter(|o| o.len() as u64 <= ANSWERED_VERBATIM_MAX_BYTES);
+            let in_place = cx
+                .aging
+                .filter(|_| in_progress.contains(&m.seq))
+                .and_then(|a| a.in_place.get(&c.tool_call_id).copied());
+            short
+                .into_iter()
+                .chain(in_place)
+                .any(|o| o.contains(report))
+        };
         visible
             .iter()
-            .filter(|m| self.step_ages.get(&m.seq).is_some_and(|age| *age < keep))
-            .flat_map(|m| m.tool_calls.iter())
-            .filter_map(|c| c.output.as_deref())
-            .any(|o| o.len() as u64 <= ANSWERED_VERBATIM_MAX_BYTES && o.contains(report))
+            .filter(|m| self.age(m) < keep && self.step_ages.contains_key(&m.seq))
+            .any(|m| m.tool_calls.iter().any(|c| sent_whole(m, c)))
     }
 }
