@@ -26,10 +26,21 @@ pub fn routes(assembler: Assembler) -> Router {
         .route("/v1/sessions/{session}/events", get(events))
         .route("/v1/assemblies/{assembly}", get(assembly))
         .route("/v1/artifacts/{sha256}", get(artifact))
+        .route("/v1/openapi.yaml", get(openapi))
         .with_state(assembler.clone())
         .merge(strata_runtime::admin::admin_routes_hot_optional(
             assembler.backends().clone(),
         ))
+}
+
+/// The API's OpenAPI document, as built into the binary (the repository's `docs/openapi.yaml`).
+pub const OPENAPI_YAML: &str = include_str!("../../../docs/openapi.yaml");
+
+/// `GET /v1/openapi.yaml`: the document this server answers by, for clients and contract tests
+/// to check themselves against (authenticated, as every route but health).
+async fn openapi(State(a): State<Assembler>, headers: HeaderMap) -> Result<Response, ApiError> {
+    tenant(&a, &headers).await?;
+    Ok(([(header::CONTENT_TYPE, "application/yaml")], OPENAPI_YAML).into_response())
 }
 
 async fn tenant(a: &Assembler, headers: &HeaderMap) -> Result<String, ApiError> {
