@@ -354,10 +354,17 @@ def test_the_server_sends_what_the_document_says(server: Server, session_id: str
     assert set(raw["assembly"]) <= set(SCHEMAS["ContextAssembly"]["properties"])
 
 
-def test_the_server_serves_no_document_of_its_own(server: Server) -> None:
-    """Were it to serve one, this suite should check that one instead of the repository's."""
-    for path in ("/openapi.yaml", "/openapi.json", "/v1/openapi.yaml", "/v1/openapi.json"):
-        assert httpx.get(server.url + path).status_code == 404, f"{path} is served: check that one"
+def test_the_document_checked_here_is_the_one_the_server_serves(server: Server) -> None:
+    """The models above are checked against the repository's document; the server serves the
+    same bytes (built into it), to a key only."""
+    assert httpx.get(f"{server.url}/v1/openapi.yaml").status_code == 401
+    served = httpx.get(
+        f"{server.url}/v1/openapi.yaml",
+        headers={"Authorization": f"Bearer {server.api_key}"},
+    )
+    assert served.status_code == 200
+    assert served.headers["content-type"].startswith("application/yaml")
+    assert served.text == (REPO_ROOT / "docs/openapi.yaml").read_text()
 
 
 def test_every_error_answer_has_the_json_error_body(server: Server) -> None:
