@@ -18,7 +18,7 @@ use strata_runtime::follow::{CountsByType, FollowStats};
 use strata_runtime::metrics::{LagReporter, DEAD_LETTERS};
 use strata_runtime::{Backends, Offsets};
 
-use crate::{IngestOptions, Ingestor, Publisher};
+use crate::{IngestError, IngestOptions, Ingestor, Publisher};
 
 /// Errors of the deriving loop.
 #[derive(Debug, thiserror::Error)]
@@ -115,11 +115,11 @@ where
             offsets.insert(r.partition, r.offset + 1);
         }
         if !out.is_empty() {
-            *counts.entry("appended").or_default() += out.len() as u64;
-            ingestor
-                .ingest(&Publisher::Operator, out)
-                .await
-                .map_err(|e| DeriveError::Append(e.to_string()))?;
+            let derived = out.len() as u64;
+            if !append_derived(&ingestor, out, shutdown.as_mut()).await? {
+                break; // shut down first: nothing committed, derived again on restart
+            }
+            *counts.entry("appended").or_default() += derived;
         }
         consumer.commit(&offsets).await?;
         positions.extend(offsets);
@@ -127,6 +127,47 @@ where
     }
     consumer.close().await?;
     Ok((stats, counts))
+}
+
+/// First and longest wait between two attempts at appending derived events.
+const APPEND_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// Appends derived events, retrying for as long as ingest cannot take them for a passing reason
+/// (a backend down, the hot state settling, a head raced by another writer): a deriving service
+/// that gave up would stop deriving for good while its consumer group keeps its partitions.
+/// Answers `false` when `shutdown` came first (nothing is committed then, so the events are
+/// derived again on restart); a refusal that retrying cannot change is an error.
+async fn append_derived(
+    ingestor: &Ingestor,
+    events: Vec<(Event, Option<u64>)>,
+    mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Result<bool, DeriveError> {
+    let mut wait = APPEND_RETRY.0;
+    loop {
+        let error = match ingestor.ingest(&Publisher::Operator, events.clone()).await {
+            Ok(_) => return Ok(true),
+            Err(e) => e,
+        };
+        let passing = matches!(
+            error,
+            IngestError::Backend(_)
+                | IngestError::Unavailable(_)
+                | IngestError::Artifact { .. }
+                | IngestError::Conflict { .. }
+                | IngestError::Throttled { .. }
+        );
+        if !passing {
+            return Err(DeriveError::Append(error.to_string()));
+        }
+        tracing::warn!(error = %error, retry_in_ms = wait.as_millis() as u64,
+            "could not append derived events; retrying");
+        tokio::select! {
+            biased;
+            _ = shutdown.as_mut() => return Ok(false),
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(APPEND_RETRY.1);
+    }
 }
 
 /// How often [`run_deriving_until_caught_up`] compares the group's committed offsets with the

@@ -5,7 +5,8 @@
 //! message), `401` without a valid key (checked before the body is read), `403` for another
 //! tenant's event, `408` when the body is too slow to arrive, `413` over 64 MiB or 10,000
 //! events, `409` when
-//! `expected_seq` or `seq` does not match the session head, `503` while a backend is unavailable
+//! `expected_seq` or `seq` does not match the session head, `429` (with `Retry-After`) while the
+//! tenant has its share of events in flight, `503` while a backend is unavailable
 //! and `507` when the blob store has no space left for a large tool output. Nothing of a refused
 //! batch is acknowledged: re-sending it later is safe.
 
@@ -125,6 +126,11 @@ pub fn to_api_error(e: IngestError) -> ApiError {
             err.message = "a backend is unavailable; nothing of this batch was accepted".into();
             err
         }
+        e @ IngestError::Throttled { .. } => ApiError::new(
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+            "too_many_requests",
+            e.to_string(),
+        ),
         IngestError::Unavailable(why) => {
             ApiError::unavailable(format!("{why}; nothing of this batch was accepted"))
         }

@@ -2,16 +2,21 @@
 //!
 //! For each batch, in this order, all or nothing:
 //! 1. parse and validate every event, reporting every field error with its event and field;
-//! 2. check that every event belongs to the caller's tenant;
-//! 3. drop events whose `event_id` was already accepted (they are reported as duplicates, with
-//!    the seq they got the first time);
-//! 4. assign per-session `seq` and check `expected_seq` / explicit `seq` (409 on conflict);
-//! 5. store tool outputs over the threshold as content-addressed artifacts, replacing them in
+//! 2. check that every event belongs to the caller's tenant, and that the tenant has room for
+//!    the batch in its share of the events in flight (429 otherwise);
+//! 3. store tool outputs over the threshold as content-addressed artifacts, replacing them in
 //!    the event by `output_ref`, a preview, the hash, byte and token counts;
-//! 6. append the batch to the log (durable when this returns) and publish the new heads.
+//! 4. then, holding the batch's sessions (batches of other sessions go on meanwhile): drop
+//!    events whose `event_id` was already accepted (they are reported as duplicates, with the
+//!    seq they got the first time), assign per-session `seq` and check `expected_seq` / explicit
+//!    `seq` (409 on conflict);
+//! 5. append the batch to the log (durable when this returns) and publish the new heads.
 //!
 //! Nothing is appended unless every event passed steps 1–4, and an artifact is always stored
-//! before the event that refers to it.
+//! before the event that refers to it. Event ids are checked for duplicates per tenant, but
+//! batches are ordered per session: the same new event id sent in two different sessions at the
+//! same moment may be accepted in both, and the projections keep the first (a client reusing an
+//! id across sessions is in error either way).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,8 +31,13 @@ use strata_hot::Seeding;
 use strata_log::NewRecord;
 use strata_runtime::Backends;
 
+mod admission;
 pub mod derive;
 pub mod http;
+mod tail;
+
+use admission::{SessionLocks, TenantQuota};
+use tail::TailIndex;
 
 /// Default size above which a tool output is stored as an artifact.
 pub const DEFAULT_ARTIFACT_THRESHOLD: usize = 8 * 1024;
@@ -94,6 +104,18 @@ pub enum IngestError {
         head: u64,
         what: String,
     },
+    /// The tenant has as many events in flight as its share allows; nothing of the batch was
+    /// acknowledged. Retrying once its batches in flight are done succeeds.
+    #[error(
+        "tenant {tenant:?} has {in_flight} events in flight, and this batch of {events} would \
+         pass its share of {limit}; nothing of this batch was accepted; retry shortly"
+    )]
+    Throttled {
+        tenant: String,
+        in_flight: usize,
+        events: usize,
+        limit: usize,
+    },
     /// A backend failed; nothing of the batch was acknowledged.
     #[error("{0}")]
     Backend(String),
@@ -155,7 +177,14 @@ pub struct IngestOptions {
     /// `SessionStarted` (as a floor under the platform's own `privacy` rule), so the log carries
     /// it and every service folds it alike.
     pub privacy_defaults: BTreeMap<String, strata_core::privacy::PrivacyDefaults>,
+    /// Most events one tenant key may have in flight through this process at once (0: no
+    /// limit); a batch beyond it is refused with [`IngestError::Throttled`] instead of queueing
+    /// in front of the other tenants. A batch alone always passes. Services are not limited.
+    pub max_tenant_events_in_flight: usize,
 }
+
+/// Default of [`IngestOptions::max_tenant_events_in_flight`]: two full batches.
+pub const DEFAULT_MAX_TENANT_EVENTS_IN_FLIGHT: usize = 2 * http::MAX_BATCH_EVENTS;
 
 /// Default of [`IngestOptions::hot_loss_settle`]: the Kafka log's default delivery timeout
 /// (30 s) and a margin.
@@ -169,6 +198,7 @@ impl Default for IngestOptions {
             max_head_recovery_records: 200_000,
             hot_loss_settle: DEFAULT_HOT_LOSS_SETTLE,
             privacy_defaults: BTreeMap::new(),
+            max_tenant_events_in_flight: DEFAULT_MAX_TENANT_EVENTS_IN_FLIGHT,
         }
     }
 }
@@ -180,125 +210,6 @@ fn settling(tenant: &str, left: std::time::Duration) -> IngestError {
          they are recovered from the log once appends in flight have settled: retry in {:.1} s",
         left.as_secs_f64()
     ))
-}
-
-/// What this process knows of the log beyond the projections, per partition: the sessions found
-/// there with their highest seq and event ids, up to `scanned_to`. Filled by reading the log on a
-/// hot-state miss and by this process's own appends (when they follow on), so the log is read at
-/// most once per record; entries the projections have caught up with are dropped, and a partition
-/// holding more than [`TailIndex::MAX_IDS`] ids is forgotten (and read again if needed).
-#[derive(Debug, Default)]
-struct TailIndex {
-    partitions: HashMap<u32, PartitionTail>,
-}
-
-#[derive(Debug, Default)]
-struct PartitionTail {
-    scanned_to: u64,
-    ids: usize,
-    /// By tenant, then session: lookups by `&str` need no allocation on the append path.
-    sessions: HashMap<String, HashMap<String, SessionTail>>,
-}
-
-#[derive(Debug, Default)]
-struct SessionTail {
-    seq: u64,
-    last_offset: u64,
-    ids: HashMap<String, u64>,
-}
-
-impl PartitionTail {
-    fn add(&mut self, event: &Event, offset: u64) {
-        let by_session = match self.sessions.get_mut(event.tenant_id.as_str()) {
-            Some(m) => m,
-            None => self.sessions.entry(event.tenant_id.clone()).or_default(),
-        };
-        let s = match by_session.get_mut(event.session_id.as_str()) {
-            Some(s) => s,
-            None => by_session.entry(event.session_id.clone()).or_default(),
-        };
-        let seq = event.seq.unwrap_or(0);
-        s.seq = s.seq.max(seq);
-        s.last_offset = s.last_offset.max(offset);
-        if s.ids.insert(event.event_id.clone(), seq).is_none() {
-            self.ids += 1;
-        }
-    }
-}
-
-impl TailIndex {
-    const MAX_IDS: usize = 200_000;
-
-    fn scanned_to(&self, partition: u32) -> u64 {
-        self.partitions.get(&partition).map_or(0, |p| p.scanned_to)
-    }
-
-    fn session(&self, partition: u32, tenant: &str, session: &str) -> Option<&SessionTail> {
-        self.partitions
-            .get(&partition)?
-            .sessions
-            .get(tenant)?
-            .get(session)
-    }
-
-    /// Brings the partition's entry up to `end`, reading the records between what is known and
-    /// the end; returns how many it read.
-    async fn catch_up(
-        &mut self,
-        backends: &Backends,
-        partition: u32,
-        projected_to: u64,
-        end: u64,
-    ) -> Result<u64, IngestError> {
-        let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
-        let tail = self.partitions.entry(partition).or_default();
-        for by_session in tail.sessions.values_mut() {
-            by_session.retain(|_, s| s.last_offset >= projected_to);
-        }
-        tail.sessions.retain(|_, by_session| !by_session.is_empty());
-        tail.ids = tail
-            .sessions
-            .values()
-            .flat_map(HashMap::values)
-            .map(|s| s.ids.len())
-            .sum();
-        let mut from = tail.scanned_to.max(projected_to);
-        let start = from;
-        while from < end {
-            let records = backends
-                .log
-                .read(partition, from, 1000)
-                .await
-                .map_err(|e| backend(&e))?;
-            let Some(last) = records.last() else { break };
-            from = last.offset + 1;
-            for r in &records {
-                // Undecodable records are the projector's to set aside; they carry no seq.
-                if let Ok(event) = backends.codec.decode(&r.value) {
-                    tail.add(&event, r.offset);
-                }
-            }
-        }
-        tail.scanned_to = from.max(tail.scanned_to);
-        Ok(from - start)
-    }
-
-    /// Records this process's own appends, when they follow what is known.
-    fn appended<'a>(
-        &mut self,
-        appended: impl Iterator<Item = (&'a Event, &'a strata_log::Position)>,
-    ) {
-        for (event, pos) in appended {
-            let tail = self.partitions.entry(pos.partition).or_default();
-            if tail.scanned_to == pos.offset {
-                tail.add(event, pos.offset);
-                tail.scanned_to = pos.offset + 1;
-            }
-            if tail.ids > Self::MAX_IDS {
-                *tail = PartitionTail::default();
-            }
-        }
-    }
 }
 
 /// A session's head as the hot state had it, or as recovered from the projections and the log.
@@ -317,18 +228,22 @@ struct Head {
 pub struct Ingestor {
     backends: Backends,
     options: IngestOptions,
-    /// Serialises seq assignment and append within this process (across processes the hot
-    /// state's compare-and-set on the session head guards `seq`), and holds what this process
-    /// knows of the log beyond the projections.
-    append_lock: tokio::sync::Mutex<TailIndex>,
+    /// Serialise seq assignment and append per session within this process (across processes
+    /// the hot state's compare-and-set on the session head guards `seq`).
+    sessions: SessionLocks,
+    quota: TenantQuota,
+    /// What this process knows of the log beyond the projections.
+    tail: tokio::sync::Mutex<TailIndex>,
 }
 
 impl Ingestor {
     pub fn new(backends: Backends, options: IngestOptions) -> Self {
         Self {
             backends,
+            quota: TenantQuota::new(options.max_tenant_events_in_flight),
             options,
-            append_lock: tokio::sync::Mutex::new(TailIndex::default()),
+            sessions: SessionLocks::new(),
+            tail: tokio::sync::Mutex::new(TailIndex::default()),
         }
     }
 
@@ -394,8 +309,9 @@ impl Ingestor {
     pub async fn ingest(
         &self,
         publisher: &Publisher,
-        events: Vec<(Event, Option<u64>)>,
+        mut events: Vec<(Event, Option<u64>)>,
     ) -> Result<Vec<Outcome>, IngestError> {
+        let mut _permit = None;
         if let Publisher::Tenant(key_tenant) = publisher {
             for (index, (e, _)) in events.iter().enumerate() {
                 if &e.tenant_id != key_tenant {
@@ -421,10 +337,39 @@ impl Ingestor {
             if !cited.is_empty() {
                 return Err(IngestError::Invalid(cited));
             }
+            let permit = self
+                .quota
+                .acquire(key_tenant, events.len())
+                .map_err(|in_flight| IngestError::Throttled {
+                    tenant: key_tenant.clone(),
+                    in_flight,
+                    events: events.len(),
+                    limit: self.quota.limit(),
+                })?;
+            _permit = Some(permit);
         }
         let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
         let b = &self.backends;
-        let mut tail = self.append_lock.lock().await;
+
+        // The heavy work first, before waiting for any other batch: large outputs become
+        // artifacts (hashed, counted, previewed) before the events that refer to them are
+        // appended. Nothing is reserved yet: a refusal here leaves no trace but orphan artifacts,
+        // which are content-addressed and reused when the batch is sent again.
+        let mut artifact_uris: Vec<Option<String>> = Vec::with_capacity(events.len());
+        for (index, (event, _)) in events.iter_mut().enumerate() {
+            self.stamp_privacy(event);
+            artifact_uris.push(self.offload_output(index, event).await?);
+        }
+
+        // From here to the append, per session: batches of other sessions go on meanwhile.
+        let _sessions = self
+            .sessions
+            .lock(
+                events
+                    .iter()
+                    .map(|(e, _)| (e.tenant_id.as_str(), e.session_id.as_str())),
+            )
+            .await;
 
         // Duplicates: earlier in this batch, in the hot state, or already projected.
         let mut by_tenant: BTreeMap<&str, Vec<String>> = BTreeMap::new();
@@ -469,7 +414,7 @@ impl Ingestor {
         for (e, _) in &events {
             let skey = (e.tenant_id.clone(), e.session_id.clone());
             if let std::collections::hash_map::Entry::Vacant(slot) = heads.entry(skey) {
-                slot.insert(self.head_of(&mut tail, &e.tenant_id, &e.session_id).await?);
+                slot.insert(self.head_of(&e.tenant_id, &e.session_id).await?);
             }
         }
         for (e, _) in &events {
@@ -532,23 +477,13 @@ impl Ingestor {
                 seq: *head,
                 partition: None,
                 offset: None,
-                output_ref: None,
+                output_ref: artifact_uris[index].take(),
             });
             fresh.push((outcomes.len() - 1, event));
         }
         if fresh.is_empty() {
             strata_runtime::metrics::EVENTS_DUPLICATE.add(outcomes.len() as u64);
             return Ok(outcomes);
-        }
-
-        // Large outputs become artifacts before the events that refer to them are appended.
-        // Nothing is reserved yet: a refusal here leaves no trace but orphan artifacts, which
-        // are content-addressed and reused when the batch is sent again.
-        for (slot, event) in &mut fresh {
-            self.stamp_privacy(event);
-            if let Some(uri) = self.offload_output(*slot, event).await? {
-                outcomes[*slot].output_ref = Some(uri);
-            }
         }
 
         // Reserve the heads, append, publish.
@@ -625,7 +560,10 @@ impl Ingestor {
                 return Err(backend(&e));
             }
         };
-        tail.appended(fresh.iter().map(|(_, e)| e).zip(&positions));
+        self.tail
+            .lock()
+            .await
+            .appended(fresh.iter().map(|(_, e)| e).zip(&positions));
         let mut remembered: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
         for ((slot, event), pos) in fresh.iter().zip(positions) {
             outcomes[*slot].partition = Some(pos.partition);
@@ -698,12 +636,7 @@ impl Ingestor {
     /// offset to the end of the log. The head is the highest seq among them, and the events found
     /// on the log are returned for the duplicate check. A lagging projector can therefore never
     /// make ingest hand out a seq twice.
-    async fn head_of(
-        &self,
-        tail: &mut TailIndex,
-        tenant: &str,
-        session: &str,
-    ) -> Result<Head, IngestError> {
+    async fn head_of(&self, tenant: &str, session: &str) -> Result<Head, IngestError> {
         let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
         let b = &self.backends;
         if let Some(h) = b
@@ -742,6 +675,8 @@ impl Ingestor {
             .get(partition as usize)
             .copied()
             .unwrap_or(0);
+        // Held while the log is read, so two recoveries on this partition read it once.
+        let mut tail = self.tail.lock().await;
         if end.saturating_sub(projected_to.max(tail.scanned_to(partition)))
             > self.options.max_head_recovery_records
         {
@@ -765,6 +700,7 @@ impl Ingestor {
             seq = seq.max(known.seq);
             unprojected = known.ids.clone();
         }
+        drop(tail);
         // Seed the hot state so the compare-and-set has something to compare with — unless the
         // hot state lost the tenant's heads since they were last recovered: then what other
         // replicas reserved just before the loss may not be on the log yet, and recovery waits
@@ -889,8 +825,17 @@ impl Ingestor {
         // move into the store without a copy.
         let output = p.output.take().expect("checked above");
         let bytes = output.len();
-        let tokens = O200k.count(&output);
-        let preview = strata_core::assembly::preview(&output);
+        // Counting tokens of a large text is milliseconds of CPU: off the async workers, which
+        // serve the other tenants' requests meanwhile.
+        let (output, tokens, preview) = tokio::task::spawn_blocking(move || {
+            let tokens = O200k.count(&output);
+            let preview = strata_core::assembly::preview(&output);
+            (output, tokens, preview)
+        })
+        .await
+        .map_err(|e| {
+            IngestError::Backend(format!("counting a tool output's tokens failed: {e}"))
+        })?;
         let stored = self
             .backends
             .blobs

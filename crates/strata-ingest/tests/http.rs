@@ -1426,3 +1426,88 @@ async fn sessions_are_listed_by_pages_with_a_cursor_and_a_bad_limit_is_400() {
         .await;
     assert!(other["sessions"].as_array().unwrap().is_empty(), "{other}");
 }
+
+/// Files under the embedded blob store.
+fn blob_files(dir: &std::path::Path) -> usize {
+    fn walk(p: &std::path::Path) -> usize {
+        std::fs::read_dir(p).map_or(0, |entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    let path = e.path();
+                    if path.is_dir() {
+                        walk(&path)
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+    }
+    walk(&dir.join("blobs"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_large_batch_holds_up_neither_other_tenants_nor_its_own_share() {
+    let h = Arc::new(
+        Harness::with_ingest_options(IngestOptions {
+            max_tenant_events_in_flight: 50,
+            ..IngestOptions::default()
+        })
+        .await,
+    );
+    // Acme's batch: 200 large tool outputs to store as artifacts (tokens counted, previews cut).
+    let mut large = Vec::new();
+    for i in 0..200 {
+        let batch = tool_batch("big", &format!("c{i}"), &big_output(64 * 1024 + i));
+        large.extend(batch.as_array().unwrap().iter().cloned());
+    }
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let big = {
+        let (h, done) = (h.clone(), done.clone());
+        tokio::spawn(async move {
+            let answer = h.post_json(&h.acme, &json!(large)).await;
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            answer
+        })
+    };
+    // Once its heavy work is under way…
+    let started = std::time::Instant::now();
+    while blob_files(h.dir.path()) == 0 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "no artifact stored"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // …another tenant's batch is taken without waiting for it,
+    let (status, resp) = h
+        .post_json(&h.globex, &json!([session_started("g1", "other")]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    let stored = blob_files(h.dir.path());
+    assert!(
+        stored < 200,
+        "globex's one event waited for acme's large batch ({stored} of its 200 outputs stored)"
+    );
+    // …and acme's next batch, past its share while the first is in flight, is refused as such.
+    let more: Vec<Value> = (0..20).map(|i| prompt(&format!("p{i}"), "small")).collect();
+    let (status, resp) = h.post_json(&h.acme, &json!(more)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{resp}");
+    let (code, message) = error_of(&resp);
+    assert_eq!(code, "too_many_requests");
+    assert!(message.contains("400 events in flight"), "{message}");
+    assert!(
+        !done.load(std::sync::atomic::Ordering::SeqCst),
+        "the large batch ended before the refusal, which then proves nothing"
+    );
+
+    let (status, resp) = big.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert!(results(&resp).iter().all(|r| r["status"] == "accepted"));
+    // Nothing of the refused batch was appended; sent again now, it is taken whole.
+    assert_eq!(h.log_len().await, 401);
+    let (status, resp) = h.post_json(&h.acme, &json!(more)).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(h.log_len().await, 421);
+}

@@ -13,7 +13,7 @@
 //!   `408`. Handlers authenticate from the head *before* they read a body (see
 //!   `strata-ingest`), so a keyless client never makes the server buffer anything.
 //! - **Errors**: every error answer has the JSON error body (axum's own rejections too) and every
-//!   `503` a `Retry-After`.
+//!   `503` and `429` a `Retry-After`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -220,9 +220,9 @@ fn status_code_name(status: StatusCode) -> &'static str {
     }
 }
 
-/// Every error answer carries the JSON error body, and every `503` a `Retry-After`: axum's own
-/// rejections (a malformed query string, an unknown route, a wrong method) come as plain text
-/// or with no body at all, which a client cannot tell from a proxy's page.
+/// Every error answer carries the JSON error body, and every `503` and `429` a `Retry-After`:
+/// axum's own rejections (a malformed query string, an unknown route, a wrong method) come as
+/// plain text or with no body at all, which a client cannot tell from a proxy's page.
 async fn uniform_errors(req: axum::extract::Request, next: Next) -> Response {
     let route = format!("{} {}", req.method(), req.uri().path());
     let response = next.run(req).await;
@@ -259,8 +259,10 @@ async fn uniform_errors(req: axum::extract::Request, next: Next) -> Response {
         }
         fresh
     };
-    if status == StatusCode::SERVICE_UNAVAILABLE
-        && !response.headers().contains_key(header::RETRY_AFTER)
+    if matches!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+    ) && !response.headers().contains_key(header::RETRY_AFTER)
     {
         response
             .headers_mut()

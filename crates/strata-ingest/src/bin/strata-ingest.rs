@@ -32,6 +32,10 @@ struct Opts {
     /// `{"acme": {"unlabelled": "restricted", "tools": {"vault.read": "restricted"}}}`.
     #[arg(long, env = "STRATA_PRIVACY_DEFAULTS", default_value = "", value_parser = strata_core::privacy::PrivacyDefaults::parse_per_tenant)]
     privacy_defaults: std::collections::BTreeMap<String, strata_core::privacy::PrivacyDefaults>,
+    /// Most events one tenant may have in flight through this process (0: no limit); past it a
+    /// batch is answered 429 with `Retry-After`. A batch alone always passes.
+    #[arg(long, env = "STRATA_TENANT_MAX_EVENTS_IN_FLIGHT", default_value_t = strata_ingest::DEFAULT_MAX_TENANT_EVENTS_IN_FLIGHT)]
+    tenant_max_events_in_flight: usize,
 }
 
 #[tokio::main]
@@ -51,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
             projector_group: opts.projector_group,
             hot_loss_settle: std::time::Duration::from_millis(opts.hot_loss_settle_ms),
             privacy_defaults: opts.privacy_defaults,
+            max_tenant_events_in_flight: opts.tenant_max_events_in_flight,
             ..IngestOptions::default()
         },
     ));
