@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 TOOLS=${STRATA_TOOLS_DIR:-$HOME/.cache/strata-tools}
 VENV=$TOOLS/python-client
-export STRATA_BIN=${STRATA_BIN:-target/debug/strata}
+export STRATA_BIN=${STRATA_BIN:-${CARGO_TARGET_DIR:-target}/debug/strata}
 
 log() { echo "python-client: $*" >&2; }
 

@@ -44,7 +44,7 @@ echo "==> python client (clients/python)"
 set +e
 # A no-op when cargo test already built it; the client's tests start this binary.
 cargo build --locked --bin strata &&
-    STRATA_BIN=target/debug/strata scripts/python-client.sh 2>&1 | tee "$pylog"
+    STRATA_BIN="${CARGO_TARGET_DIR:-target}/debug/strata" scripts/python-client.sh 2>&1 | tee "$pylog"
 py_status=${PIPESTATUS[0]}
 set -e
 
