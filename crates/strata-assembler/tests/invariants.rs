@@ -338,6 +338,74 @@ async fn invariant_9_a_branch_never_mutates_its_ancestor() {
     assert!(!text_of(&alt_again).contains("MAIN-LATER"));
 }
 
+/// A branch forked from an earlier event starts from the parent's state *at that event*: what
+/// the parent decided, wrote and set as its goal after the fork point is not the branch's —
+/// whether the parent's later events were projected before the fork (read back from the store)
+/// or arrive in the same batch as it.
+#[tokio::test]
+async fn invariant_9_a_branch_forked_from_an_earlier_event_has_the_state_of_that_point() {
+    let mut env = Env::new().await;
+    env.coding_session().await;
+    let fork_at = format!("e{:03}", env.n);
+    env.send(
+        "main",
+        "StateUpdated",
+        json!({"goal": "MAIN-LATER-GOAL", "decisions": ["MAIN-LATER-DECISION"]}),
+    )
+    .await;
+    env.send(
+        "main",
+        "FileWritten",
+        json!({"path": "src/main_later.rs", "bytes": 10}),
+    )
+    .await;
+    let main = env.context(ContextRequest::default()).await;
+    assert!(text_of(&main).contains("MAIN-LATER-GOAL"));
+    assert!(text_of(&main).contains("src/main_later.rs"));
+
+    env.send(
+        "main",
+        "BranchForked",
+        json!({"new_branch_id": "alt", "from_event_id": fork_at}),
+    )
+    .await;
+    env.send(
+        "alt",
+        "UserPromptSubmitted",
+        json!({"message_id": "x1", "text": "ALT-ONLY-REQUEST"}),
+    )
+    .await;
+    // In one batch with the fork: main moves on again, then forks a second branch.
+    env.send("main", "StateUpdated", json!({"goal": "MAIN-LATEST-GOAL"}))
+        .await;
+    env.send(
+        "main",
+        "BranchForked",
+        json!({"new_branch_id": "alt2", "from_event_id": fork_at}),
+    )
+    .await;
+    for branch in ["alt", "alt2"] {
+        let ctx = env
+            .context(ContextRequest {
+                branch: Some(branch.into()),
+                ..Default::default()
+            })
+            .await;
+        let text = text_of(&ctx);
+        assert!(text.contains("GOAL-make-tests-pass"), "{branch}: {text}");
+        for later in [
+            "MAIN-LATER-GOAL",
+            "MAIN-LATER-DECISION",
+            "src/main_later.rs",
+            "MAIN-LATEST-GOAL",
+        ] {
+            assert!(!text.contains(later), "{branch} shows {later}: {text}");
+        }
+    }
+    let main = env.context(ContextRequest::default()).await;
+    assert!(text_of(&main).contains("MAIN-LATEST-GOAL"));
+}
+
 /// A why-not answers from the caller's tenant only: a record naming another tenant (a tenant can
 /// post a `ContextBuilt` of its own making) is refused, and nothing of that tenant is read.
 #[tokio::test]

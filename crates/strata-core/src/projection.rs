@@ -6,7 +6,7 @@
 //! their agent state, open tool calls, counters) and is itself persisted with every batch, so a
 //! projector can resume anywhere.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -408,12 +408,94 @@ pub enum Change {
 /// Folds one event into `fold` and returns the rows to write.
 ///
 /// `event.seq` must be set (ingest assigns it). `fork_seq` resolves a `BranchForked` event's
-/// `from_event_id` to its seq (the store knows it); `None` forks at the current head.
+/// `from_event_id` to its seq (the store knows it); `None` forks at the current head. A fork the
+/// parent may have moved on from ([`fork_needs_history`]) is folded with [`apply_forked`]
+/// instead.
 pub fn apply(
     fold: &mut SessionFold,
     event: &Event,
     position: LogPosition,
     fork_seq: Option<u64>,
+    tokens: &dyn TokenCounter,
+) -> Vec<Change> {
+    apply_forked(fold, event, position, fork_seq, None, tokens)
+}
+
+/// A branch's derived state as of one of the session's events: what a fork from that event
+/// starts from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BranchAt {
+    pub state: AgentState,
+    pub transcript_tokens: u64,
+}
+
+/// Whether `event` forks a new branch from an event other than the session's latest: then the
+/// parent's state now may hold what the parent did after the fork point (a goal, decisions,
+/// files, errors), and the new branch must start from [`branch_at`] the fork point instead.
+pub fn fork_needs_history(fold: &SessionFold, event: &Event) -> bool {
+    match &event.payload {
+        Payload::BranchForked(p) => {
+            !fold.branches.contains_key(&p.new_branch_id)
+                && fold.last_event_id.as_deref() != Some(p.from_event_id.as_str())
+        }
+        _ => false,
+    }
+}
+
+/// The state of `branch` as of seq `at`, folded again from the session's events (`history`,
+/// in seq order, every branch; events after `at` are ignored). A fork inside the history starts
+/// from its own fork point in turn. `None` when the branch has no event by then.
+pub fn branch_at(
+    history: &[Event],
+    branch: &str,
+    at: u64,
+    tokens: &dyn TokenCounter,
+) -> Option<BranchAt> {
+    let history = &history[..history.partition_point(|e| e.seq.unwrap_or(0) <= at)];
+    let first = history.first()?;
+    let mut fold = SessionFold::new(&first.tenant_id, &first.session_id);
+    let seqs: HashMap<&str, u64> = history
+        .iter()
+        .filter_map(|e| Some((e.event_id.as_str(), e.seq?)))
+        .collect();
+    for event in history {
+        let (fork_seq, base) = match &event.payload {
+            Payload::BranchForked(p) => {
+                let seq = event.seq.unwrap_or(0);
+                let fork_seq = seqs
+                    .get(p.from_event_id.as_str())
+                    .copied()
+                    .filter(|&f| f < seq);
+                let base = match fork_seq {
+                    Some(f) if fork_needs_history(&fold, event) => {
+                        branch_at(history, &event.branch_id, f, tokens)
+                    }
+                    _ => None,
+                };
+                (fork_seq, base)
+            }
+            _ => (None, None),
+        };
+        let position = LogPosition {
+            partition: 0,
+            offset: 0,
+        };
+        apply_forked(&mut fold, event, position, fork_seq, base, tokens);
+    }
+    fold.branches.remove(branch).map(|b| BranchAt {
+        state: b.state,
+        transcript_tokens: b.transcript_tokens,
+    })
+}
+
+/// [`apply`], with `fork_base`: the parent's state at the fork point of a `BranchForked` event
+/// (from [`branch_at`]), which the new branch starts from instead of the parent's state now.
+pub fn apply_forked(
+    fold: &mut SessionFold,
+    event: &Event,
+    position: LogPosition,
+    fork_seq: Option<u64>,
+    fork_base: Option<BranchAt>,
     tokens: &dyn TokenCounter,
 ) -> Vec<Change> {
     let seq = event.seq.unwrap_or(fold.head_seq + 1);
@@ -746,6 +828,11 @@ pub fn apply(
             let parent = fold.branch_mut(&branch_id).clone();
             if !fold.branches.contains_key(&p.new_branch_id) {
                 let kind = p.kind.clone().unwrap_or_else(|| "fork".into());
+                // What the parent did after the fork point is not the new branch's.
+                let base = fork_base.unwrap_or(BranchAt {
+                    state: parent.state,
+                    transcript_tokens: parent.transcript_tokens,
+                });
                 fold.branches.insert(
                     p.new_branch_id.clone(),
                     BranchFold {
@@ -754,10 +841,10 @@ pub fn apply(
                         fork_event_id: Some(p.from_event_id.clone()),
                         fork_seq: Some(fork_seq.unwrap_or(seq)),
                         kind: kind.clone(),
-                        // Derived state starts from the parent's; the parent's history is
-                        // referenced by lineage, never copied.
-                        state: parent.state.clone(),
-                        transcript_tokens: parent.transcript_tokens,
+                        // Derived state starts from the parent's at the fork point; the parent's
+                        // history is referenced by lineage, never copied.
+                        state: base.state,
+                        transcript_tokens: base.transcript_tokens,
                     },
                 );
                 changes.push(Change::Branch(BranchRow {

@@ -1,7 +1,10 @@
 //! The projection fold: tool pairing, recovery state, orphans, branches.
 
 use serde_json::json;
-use strata_core::projection::{apply, Change, LogPosition, SessionFold, ToolStatus};
+use strata_core::projection::{
+    apply, apply_forked, branch_at, fork_needs_history, Change, LogPosition, SessionFold,
+    ToolStatus,
+};
 use strata_core::tokens::O200k;
 use strata_core::Event;
 
@@ -127,6 +130,106 @@ fn a_fork_starts_from_the_parent_state_and_never_changes_it() {
     assert_eq!(f.branches["alt"].state.goal.as_ref().unwrap().text, "g2");
     assert_eq!(f.branches["alt"].parent_branch_id.as_deref(), Some("main"));
     assert_eq!(f.branches["alt"].fork_seq, Some(2));
+}
+
+/// Folds as the projector does: a fork from an earlier event starts from [`branch_at`] its fork
+/// point, folded again from the events before it.
+fn fold_forking(events: &[Event]) -> SessionFold {
+    let mut f = SessionFold::new("t", "s");
+    for (i, e) in events.iter().enumerate() {
+        let fork_seq = match &e.payload {
+            strata_core::Payload::BranchForked(p) => events[..i]
+                .iter()
+                .find(|x| x.event_id == p.from_event_id)
+                .and_then(|x| x.seq),
+            _ => None,
+        };
+        let base = match fork_seq {
+            Some(at) if fork_needs_history(&f, e) => {
+                branch_at(&events[..i], &e.branch_id, at, &O200k)
+            }
+            _ => None,
+        };
+        let position = LogPosition {
+            partition: 0,
+            offset: i as u64,
+        };
+        apply_forked(&mut f, e, position, fork_seq, base, &O200k);
+    }
+    f
+}
+
+#[test]
+fn a_fork_from_an_earlier_event_starts_from_the_parent_state_at_that_event() {
+    let events = [
+        ev(1, "main", "StateUpdated", json!({"goal": "g1"})),
+        ev(2, "main", "FileWritten", json!({"path": "a.rs"})),
+        ev(
+            3,
+            "main",
+            "StateUpdated",
+            json!({"goal": "g2", "decisions": ["use postgres"]}),
+        ),
+        ev(4, "main", "FileWritten", json!({"path": "later.rs"})),
+        ev(
+            5,
+            "main",
+            "ToolCallRequested",
+            json!({"tool_call_id": "c9", "name": "run_tests", "args": {}}),
+        ),
+        ev(
+            6,
+            "main",
+            "ToolCallFinished",
+            json!({"tool_call_id": "c9", "output": "error: boom", "is_error": true}),
+        ),
+        ev(
+            7,
+            "main",
+            "BranchForked",
+            json!({"new_branch_id": "alt", "from_event_id": "e2"}),
+        ),
+        ev(8, "alt", "StateUpdated", json!({"goal": "g3"})),
+        ev(9, "alt", "FileWritten", json!({"path": "b.rs"})),
+        // A fork of the fork, from before its second write.
+        ev(
+            10,
+            "alt",
+            "BranchForked",
+            json!({"new_branch_id": "alt2", "from_event_id": "e8"}),
+        ),
+    ];
+    let f = fold_forking(&events);
+    let alt = &f.branches["alt"];
+    assert_eq!(alt.state.goal.as_ref().unwrap().text, "g3");
+    let files = |b: &str| -> Vec<String> {
+        f.branches[b]
+            .state
+            .files_modified
+            .iter()
+            .map(|x| x.text.clone())
+            .collect()
+    };
+    assert_eq!(files("alt"), ["a.rs", "b.rs"]);
+    assert!(alt.state.decisions.is_empty(), "{:?}", alt.state.decisions);
+    assert!(alt.state.errors.is_empty(), "{:?}", alt.state.errors);
+    assert_eq!(alt.fork_seq, Some(2));
+    let alt2 = &f.branches["alt2"];
+    assert_eq!(alt2.state.goal.as_ref().unwrap().text, "g3");
+    assert_eq!(files("alt2"), ["a.rs"]);
+    // The parent keeps everything it did.
+    assert_eq!(f.branches["main"].state.goal.as_ref().unwrap().text, "g2");
+    assert_eq!(files("main"), ["a.rs", "later.rs"]);
+    // Folding the fork without its history (the old way) shows the parent's later state: the
+    // difference is the history, not the fixture.
+    let (naive, _) = fold(&events);
+    assert_eq!(
+        naive.branches["alt"].state.goal.as_ref().unwrap().text,
+        "g3"
+    );
+    assert!(!naive.branches["alt"].state.decisions.is_empty());
+    assert!(!naive.branches["alt"].state.errors.is_empty());
+    assert!(!f.branches["main"].state.errors.is_empty());
 }
 
 #[test]

@@ -20,7 +20,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use strata_core::projection::{apply, Change, LogPosition, SessionFold};
+use strata_core::projection::{
+    apply_forked, branch_at, fork_needs_history, Change, LogPosition, SessionFold,
+};
 use strata_core::tokens::O200k;
 use strata_core::Event;
 use strata_hot::ProjectedSession;
@@ -258,7 +260,9 @@ impl Projector {
             dead_letters,
             ..BatchStats::default()
         };
-        for (pos, event) in &events {
+        // Indexes of the events of this batch folded so far (a fork's history may need them).
+        let mut folded: Vec<usize> = Vec::new();
+        for (index, (pos, event)) in events.iter().enumerate() {
             let id_key = (event.tenant_id.clone(), event.event_id.clone());
             if already.contains(&id_key) || batch_seqs.contains_key(&id_key) {
                 stats.duplicates += 1;
@@ -290,8 +294,19 @@ impl Projector {
                 }
                 _ => None,
             };
+            let fork_base = match fork_seq {
+                Some(at) if fork_needs_history(&working[&skey], event) => {
+                    let earlier = folded.iter().map(|&i| &events[i].1).filter(|e| {
+                        e.tenant_id == event.tenant_id && e.session_id == event.session_id
+                    });
+                    let history =
+                        history_through(b.store.as_ref(), event, at, earlier, &batch_seqs).await?;
+                    branch_at(&history, &event.branch_id, at, &O200k)
+                }
+                _ => None,
+            };
             let fold = working.get_mut(&skey).expect("inserted above");
-            changes.extend(apply(
+            changes.extend(apply_forked(
                 fold,
                 event,
                 LogPosition {
@@ -299,9 +314,11 @@ impl Projector {
                     offset: pos.offset,
                 },
                 fork_seq,
+                fork_base,
                 &O200k,
             ));
             batch_seqs.insert(id_key, event.seq.unwrap_or(fold.head_seq));
+            folded.push(index);
             stats.applied += 1;
         }
 
@@ -497,4 +514,32 @@ pub fn decode(backends: &Backends, r: &LogRecord) -> Result<Event> {
             offset: r.offset,
             reason: e.to_string(),
         })
+}
+
+/// The events of `fork`'s session up to seq `at`: those the store has, and those of the batch in
+/// hand folded before it (`earlier`, not committed yet; their seqs from `batch_seqs`), in seq
+/// order.
+async fn history_through<'a>(
+    store: &dyn strata_store::ProjectionStore,
+    fork: &Event,
+    at: u64,
+    earlier: impl Iterator<Item = &'a Event>,
+    batch_seqs: &HashMap<(String, String), u64>,
+) -> Result<Vec<Event>> {
+    let mut history = store
+        .events_through(&fork.tenant_id, &fork.session_id, at)
+        .await?;
+    let stored: HashSet<String> = history.iter().map(|e| e.event_id.clone()).collect();
+    for e in earlier {
+        let seq = batch_seqs.get(&(e.tenant_id.clone(), e.event_id.clone()));
+        if let (Some(&seq), false) = (seq, stored.contains(&e.event_id)) {
+            if seq <= at {
+                let mut e = e.clone();
+                e.seq = Some(seq);
+                history.push(e);
+            }
+        }
+    }
+    history.sort_by_key(|e| e.seq.unwrap_or(0));
+    Ok(history)
 }

@@ -12,7 +12,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use strata_core::projection::{apply, Change, LogPosition, SessionFold};
+use strata_core::projection::{
+    apply_forked, branch_at, BranchAt, Change, LogPosition, SessionFold,
+};
 use strata_core::tokens::{CachedCounter, O200k, TokenCounter};
 use strata_core::{Event, Payload};
 use strata_store::{Offsets, ProjectionBatch, ProjectionStore};
@@ -90,6 +92,9 @@ pub(crate) struct Folder {
     shard_of: HashMap<Key, usize>,
     /// (tenant, event_id) of every event folded so far: the duplicate check.
     seen: HashSet<Key>,
+    /// The id of each session's latest event so far: a fork from any other event needs the
+    /// session's history.
+    last_event: HashMap<Key, String>,
     /// Whether the projection set already had events when this folder started (a resumed
     /// rebuild): then what is not in memory is looked up in the store.
     check_store: bool,
@@ -122,6 +127,9 @@ struct Work {
     stored_fold: Option<SessionFold>,
     /// The fork source's seq as the store knows it, when the source was not folded in this run.
     stored_fork_seq: Option<u64>,
+    /// The parent's state at the fork point, for a fork from an event other than the session's
+    /// latest (see [`strata_core::projection::fork_needs_history`]).
+    fork_base: Option<BranchAt>,
 }
 
 /// What folding some events did.
@@ -150,6 +158,7 @@ impl Shard {
                 event,
                 stored_fold,
                 stored_fork_seq,
+                fork_base,
             } = w;
             let skey = (event.tenant_id.clone(), event.session_id.clone());
             let fold = self.folds.entry(skey).or_insert_with(|| {
@@ -168,7 +177,7 @@ impl Shard {
                 }
                 _ => None,
             };
-            let changes = apply(fold, &event, position, fork_seq, &self.tokens);
+            let changes = apply_forked(fold, &event, position, fork_seq, fork_base, &self.tokens);
             let seq = event.seq.unwrap_or(fold.head_seq);
             self.seqs
                 .insert((event.tenant_id, event.event_id), (event.session_id, seq));
@@ -186,6 +195,7 @@ impl Folder {
             shards: (0..workers.max(1)).map(|_| Some(Shard::new())).collect(),
             shard_of: HashMap::new(),
             seen: HashSet::new(),
+            last_event: HashMap::new(),
             check_store,
             changes: Vec::new(),
             touched: Vec::new(),
@@ -257,6 +267,25 @@ impl Folder {
                 }
                 _ => None,
             };
+            if let Some(f) = &stored_fold {
+                if let Some(last) = &f.last_event_id {
+                    self.last_event.insert(skey.clone(), last.clone());
+                }
+            }
+            let fork_base = match &event.payload {
+                Payload::BranchForked(p)
+                    if self.last_event.get(&skey) != Some(&p.from_event_id) =>
+                {
+                    let history = self.history(store, &event, &work[shard]).await?;
+                    let from = history.iter().find(|e| e.event_id == p.from_event_id);
+                    match from.and_then(|e| e.seq) {
+                        Some(at) => branch_at(&history, &event.branch_id, at, &O200k),
+                        None => None,
+                    }
+                }
+                _ => None,
+            };
+            self.last_event.insert(skey.clone(), event.event_id.clone());
             if self.touched_set.insert(skey.clone()) {
                 self.touched.push(skey);
             }
@@ -268,6 +297,7 @@ impl Folder {
                 event,
                 stored_fold,
                 stored_fork_seq,
+                fork_base,
             });
         }
 
@@ -313,6 +343,37 @@ impl Folder {
         self.changes.extend(slots.into_iter().flatten());
         self.pending += total;
         Ok(stats)
+    }
+
+    /// Every event of `fork`'s session before it, in seq order: those in the store, those folded
+    /// but not written yet, and those of the chunk in hand ahead of it (`queued`). Batches taken
+    /// with [`Folder::take_batch`] must be committed by then (see `rebuild`).
+    async fn history(
+        &self,
+        store: &dyn ProjectionStore,
+        fork: &Event,
+        queued: &[Work],
+    ) -> Result<Vec<Event>> {
+        let same = |e: &Event| e.tenant_id == fork.tenant_id && e.session_id == fork.session_id;
+        let mut history = store
+            .events_through(&fork.tenant_id, &fork.session_id, u64::MAX)
+            .await?;
+        for change in &self.changes {
+            if let Change::Event(row) = change {
+                if row.tenant_id == fork.tenant_id && row.session_id == fork.session_id {
+                    let value = serde_json::from_str(&row.json)
+                        .map_err(|e| Error::Invalid(format!("a folded event's JSON: {e}")))?;
+                    if let Ok(e) = Event::from_json(value, None) {
+                        history.push(e);
+                    }
+                }
+            }
+        }
+        history.extend(queued.iter().map(|w| &w.event).filter(|e| same(e)).cloned());
+        history.sort_by_key(|e| e.seq.unwrap_or(0));
+        let mut ids = HashSet::new();
+        history.retain(|e| ids.insert(e.event_id.clone()));
+        Ok(history)
     }
 
     fn shard_mut(&mut self, s: usize) -> Result<&mut Shard> {

@@ -547,6 +547,13 @@ async fn run(
         report.read_secs += secs;
         while let Some(chunk) = next? {
             let events = chunk.len() as u64;
+            // A fork may need its session's history from the store: the batch in flight first.
+            if chunk
+                .iter()
+                .any(|(_, e)| matches!(e.payload, strata_core::Payload::BranchForked(_)))
+            {
+                settle(inflight.take()).await?;
+            }
             let ((stats, fold_secs), (following, read_secs)) = tokio::join!(
                 timed(folder.fold(store.as_ref(), chunk)),
                 timed(reader.next_chunk(log))

@@ -109,6 +109,23 @@ pub fn session(tenant: &str, session: &str, n: u64) -> Vec<Event> {
                 &mut out,
             );
         }
+        if step == 12 {
+            // A fork from a few events back: the branch starts from the state of that point,
+            // not from what main did after it.
+            let from = out[out.len().saturating_sub(6)].event_id.clone();
+            push(
+                "BranchForked",
+                "main",
+                json!({"from_event_id": from, "new_branch_id": "retry"}),
+                &mut out,
+            );
+            push(
+                "UserPromptSubmitted",
+                "retry",
+                json!({"message_id": "retry-u1", "text": "redo it from before the last run"}),
+                &mut out,
+            );
+        }
     }
     out
 }

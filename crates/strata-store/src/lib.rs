@@ -215,6 +215,41 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Value>>;
 
+    /// The session's events with `seq <= at`, in seq order, read back as events: a fork from an
+    /// earlier event folds its parent again up to there (see
+    /// `strata_core::projection::branch_at`). A stored event that no longer parses is left out
+    /// with a warning rather than stopping the projections.
+    async fn events_through(
+        &self,
+        tenant: &str,
+        session: &str,
+        at: u64,
+    ) -> Result<Vec<strata_core::Event>> {
+        const PAGE: u32 = 1000;
+        let mut out = Vec::new();
+        let mut after = 0;
+        while after < at {
+            let page = self.events(tenant, session, after, PAGE).await?;
+            let (full, before) = (page.len() == PAGE as usize, after);
+            for value in page {
+                let seq = value.get("seq").and_then(Value::as_u64).unwrap_or(0);
+                if seq > at {
+                    return Ok(out);
+                }
+                after = after.max(seq);
+                match strata_core::Event::from_json(value, None) {
+                    Ok(event) => out.push(event),
+                    Err(e) => tracing::warn!(tenant, session, seq, error = %e,
+                        "a stored event does not parse; left out of the fork's history"),
+                }
+            }
+            if !full || after == before {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// A stored ContextAssembly record.
     async fn assembly(&self, tenant: &str, assembly_id: &str) -> Result<Option<Value>>;
 
