@@ -34,6 +34,7 @@ use strata_runtime::Backends;
 mod admission;
 pub mod derive;
 pub mod http;
+pub mod inbound;
 mod tail;
 
 use admission::{SessionLocks, TenantQuota};

@@ -338,6 +338,61 @@ impl Default for FileLogOptions {
     }
 }
 
+/// The URL of `tenant`'s inbound log beside the log `log_url` names, where platforms that
+/// produce straight to Kafka write (ingest relays it to the log; see `strata-ingest`'s
+/// `inbound`): on Kafka the topic `<topic>.inbound.<tenant>` with the same brokers and settings
+/// (its dead-letter topic `<topic>.inbound.<tenant>.dead-letter`), so that broker ACLs say which
+/// tenant a producer may write as; on the file log the directory `DIR/inbound/<tenant>`. A
+/// tenant id that cannot name a Kafka topic (`[A-Za-z0-9._-]`, the whole name at most 249
+/// characters) is refused.
+pub fn inbound_url(log_url: &str, tenant: &str) -> Result<String> {
+    let bad = |reason: String| Error::UnsupportedUrl {
+        url: log_url.to_owned(),
+        reason,
+    };
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if tenant.is_empty() || !tenant.chars().all(legal) || tenant.chars().all(|c| c == '.') {
+        return Err(bad(format!(
+            "tenant {tenant:?} cannot name an inbound topic: use letters, digits, '.', '_' and '-'"
+        )));
+    }
+    match log_url.split_once("://") {
+        Some(("file", dir)) if !dir.is_empty() => Ok(format!(
+            "file://{}/inbound/{tenant}",
+            dir.trim_end_matches('/')
+        )),
+        Some(("kafka", rest)) => {
+            let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let (brokers, topic) = path
+                .split_once('/')
+                .ok_or_else(|| bad("expected kafka://host:port/topic".into()))?;
+            let inbound = format!("{topic}.inbound.{tenant}");
+            // Room for the dead-letter suffix within Kafka's 249 characters.
+            if inbound.len() + ".dead-letter".len() > 249 {
+                return Err(bad(format!(
+                    "the inbound topic of tenant {tenant:?} is too long"
+                )));
+            }
+            // The log's own dead-letter topic and static member id are not the inbound log's.
+            let query: Vec<&str> = query
+                .split('&')
+                .filter(|p| {
+                    !p.is_empty()
+                        && !p.starts_with("dead_letter_topic=")
+                        && !p.starts_with("group_instance_id=")
+                })
+                .collect();
+            let query = if query.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", query.join("&"))
+            };
+            Ok(format!("kafka://{brokers}/{inbound}{query}"))
+        }
+        _ => Err(bad("expected file://DIR or kafka://host:port/topic".into())),
+    }
+}
+
 /// Opens the log a URL names: `file:///abs/dir` or `file://./rel/dir` (created when missing).
 pub async fn open(url: &str, options: FileLogOptions) -> Result<Arc<dyn EventLog>> {
     match url.split_once("://") {
@@ -387,6 +442,34 @@ mod tests {
             let err = bad.parse::<FsyncPolicy>().unwrap_err();
             assert!(err.contains("invalid fsync policy"), "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_tenants_inbound_log_sits_beside_the_log() {
+        assert_eq!(
+            inbound_url(
+                "kafka://b1:9092,b2:9092/strata-events?partitions=8&dead_letter_topic=x&group_instance_id=p0&replication=3",
+                "acme"
+            )
+            .unwrap(),
+            "kafka://b1:9092,b2:9092/strata-events.inbound.acme?partitions=8&replication=3"
+        );
+        assert_eq!(
+            inbound_url("kafka://b:9092/t", "acme.eu-1").unwrap(),
+            "kafka://b:9092/t.inbound.acme.eu-1"
+        );
+        assert_eq!(
+            inbound_url("file:///data/log/", "acme").unwrap(),
+            "file:///data/log/inbound/acme"
+        );
+        for bad in ["", "a/b", "a b", "..", "ünï"] {
+            let err = inbound_url("kafka://b:9092/t", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("inbound topic"), "{bad:?}: {err}");
+        }
+        assert!(inbound_url("kafka://b:9092/t", &"a".repeat(240)).is_err());
+        assert!(inbound_url("s3://x", "acme").is_err());
     }
 
     #[tokio::test]

@@ -124,6 +124,15 @@ impl BackendOpts {
         }
     }
 
+    /// How a file log is laid out and synced (and how many partitions a new Kafka topic gets).
+    pub fn log_options(&self) -> FileLogOptions {
+        FileLogOptions {
+            partitions: self.partitions,
+            fsync: self.fsync,
+            ..FileLogOptions::default()
+        }
+    }
+
     fn under(&self, name: &str) -> String {
         self.data_dir.join(name).display().to_string()
     }
@@ -248,11 +257,7 @@ impl Backends {
             None
         };
         let log_url = opts.log_url();
-        let log_options = FileLogOptions {
-            partitions: opts.partitions,
-            fsync: opts.fsync,
-            ..FileLogOptions::default()
-        };
+        let log_options = opts.log_options();
         let log = attempt(&mut retry, "log", &log_url, || {
             strata_log::open(&log_url, log_options.clone())
         });

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use clap::Parser;
-use strata_ingest::{http, IngestOptions, Ingestor};
+use strata_ingest::{http, inbound, IngestOptions, Ingestor};
 use strata_runtime::startup::Service;
 use strata_runtime::BackendOpts;
 
@@ -36,6 +36,13 @@ struct Opts {
     /// batch is answered 429 with `Retry-After`. A batch alone always passes.
     #[arg(long, env = "STRATA_TENANT_MAX_EVENTS_IN_FLIGHT", default_value_t = strata_ingest::DEFAULT_MAX_TENANT_EVENTS_IN_FLIGHT)]
     tenant_max_events_in_flight: usize,
+    /// Tenants whose inbound topics (`<topic>.inbound.<tenant>`) this process relays to the log:
+    /// platforms that produce straight to Kafka write there (comma-separated; none by default).
+    #[arg(long, env = "STRATA_INBOUND_TENANTS", value_delimiter = ',')]
+    inbound_tenants: Vec<String>,
+    /// The relay's consumer group on the inbound topics.
+    #[arg(long, env = "STRATA_INBOUND_GROUP", default_value = strata_ingest::inbound::DEFAULT_GROUP)]
+    inbound_group: String,
 }
 
 #[tokio::main]
@@ -52,17 +59,48 @@ async fn main() -> anyhow::Result<()> {
         backends,
         IngestOptions {
             artifact_threshold: opts.artifact_threshold,
-            projector_group: opts.projector_group,
+            projector_group: opts.projector_group.clone(),
             hot_loss_settle: std::time::Duration::from_millis(opts.hot_loss_settle_ms),
-            privacy_defaults: opts.privacy_defaults,
+            privacy_defaults: opts.privacy_defaults.clone(),
             max_tenant_events_in_flight: opts.tenant_max_events_in_flight,
             ..IngestOptions::default()
         },
     ));
+    let relays = start_relays(&opts, &ingestor, &service).await?;
     let router = http::routes(ingestor).merge(admin);
-    service
-        .serve(router)
-        .await
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let served = service.serve(router);
+    tokio::pin!(served);
+    let mut relays = relays;
+    // A relay that stops on its own failed: the process exits so that it is restarted.
+    tokio::select! {
+        served = &mut served => served.map_err(|e| anyhow::anyhow!(e))?,
+        Some(stopped) = relays.join_next() => {
+            stopped??;
+            anyhow::bail!("an inbound relay stopped before the service was asked to");
+        }
+    }
+    while let Some(stopped) = relays.join_next().await {
+        stopped??;
+    }
     Ok(())
+}
+
+/// Starts a relay of each `--inbound-tenants` tenant's inbound topic; they stop with `service`.
+async fn start_relays(
+    opts: &Opts,
+    ingestor: &Arc<Ingestor>,
+    service: &Service,
+) -> anyhow::Result<tokio::task::JoinSet<Result<inbound::InboundStats, inbound::InboundError>>> {
+    let mut relays = tokio::task::JoinSet::new();
+    let log_url = opts.backends.log_url();
+    for tenant in opts.inbound_tenants.iter().filter(|t| !t.is_empty()) {
+        let log = inbound::open_inbound(&log_url, tenant, opts.backends.log_options()).await?;
+        let (ingestor, tenant, group) =
+            (ingestor.clone(), tenant.clone(), opts.inbound_group.clone());
+        let stop = service.stopping();
+        relays.spawn(async move {
+            inbound::relay(&ingestor, log.as_ref(), &tenant, &group, stop).await
+        });
+    }
+    Ok(relays)
 }
