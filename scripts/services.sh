@@ -21,6 +21,7 @@ KAFKA_PORT=${STRATA_KAFKA_PORT:-59092}
 TANSU_VERSION=0.6.0
 MOTO_VERSION=5.2.5
 FASTAVRO_VERSION=1.13.1
+CONFLUENT_KAFKA_VERSION=2.6.1
 BUCKET=strata-test
 
 log() { echo "services: $*" >&2; }
@@ -109,6 +110,12 @@ start_s3() {
     if ! "$venv/bin/python" -c "import fastavro; assert fastavro.__version__ == '$FASTAVRO_VERSION'" 2>/dev/null; then
         log "installing fastavro $FASTAVRO_VERSION from PyPI"
         "$venv/bin/pip" install -q "fastavro==$FASTAVRO_VERSION" || die "pip install fastavro failed"
+    fi
+    # confluent-kafka (librdkafka): the non-Rust producer of the direct-producer tests.
+    if ! "$venv/bin/python" -c "import confluent_kafka as c; assert c.__version__ == '$CONFLUENT_KAFKA_VERSION'" 2>/dev/null; then
+        log "installing confluent-kafka $CONFLUENT_KAFKA_VERSION from PyPI"
+        "$venv/bin/pip" install -q "confluent-kafka==$CONFLUENT_KAFKA_VERSION" \
+            || die "pip install confluent-kafka failed"
     fi
     if [ -f "$DIR/moto.pid" ] && kill -0 "$(cat "$DIR/moto.pid")" 2>/dev/null; then
         log "moto already running"
