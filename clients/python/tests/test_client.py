@@ -54,6 +54,27 @@ def test_state_follows_the_tool_calls(client: strata.Client, session_id: str) ->
     assert state.stats.tool_failures >= 1
 
 
+def test_a_restarted_worker_resumes_from_the_session(
+    client: strata.Client, session_id: str
+) -> None:
+    events, calls = coding_session(session_id)
+    client.append(events)
+
+    resumed = eventually(lambda: client.session(session_id), lambda s: s.head_seq >= len(events))
+
+    assert resumed.session_id == session_id
+    assert resumed.status == "awaiting_tool_results"
+    assert [c.tool_call_id for c in resumed.open_tool_calls] == [calls["rerun"].tool_call_id]
+    assert resumed.model is not None
+    assert resumed.model.context_window_tokens > 0
+    (main,) = resumed.branches
+    assert main.branch_id == "main"
+    assert main.head_seq == resumed.head_seq
+    assert main.events >= len(events)  # and what the services derived on it
+    with pytest.raises(strata.NotFound):
+        client.session(f"{session_id}-never-started")
+
+
 def test_context_of_a_session_with_tool_calls(client: strata.Client, session_id: str) -> None:
     events, calls = coding_session(session_id)
     client.append(events)

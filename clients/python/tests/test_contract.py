@@ -35,13 +35,18 @@ from strata.events import (
 )
 from strata.models import (
     AppendOutcome,
+    BranchHead,
     ContextAssembly,
     ContextRequest,
     ContextResponse,
     ErrorInfo,
     Provider,
     Rehydration,
+    ResumeModel,
+    ResumeSubagent,
     Segment,
+    SessionResume,
+    SessionStatus,
     SessionSummary,
     Tier,
 )
@@ -269,6 +274,7 @@ class TestRequests:
             _api.assembly("a"),
             _api.why_not("a", "r"),
             _api.compact("s", None, None),
+            _api.session("s"),
             _api.state("s"),
             _api.events_page("s", 0, 10),
             _api.sessions_page(None, 10),
@@ -277,7 +283,9 @@ class TestRequests:
         routes = {(m.upper(), p) for p, ops in OPENAPI["paths"].items() for m in ops}
         for call in calls:
             template = (
-                call.path.replace("/s/", "/{session}/")
+                (call.path + "/")
+                .replace("/s/", "/{session}/")
+                .rstrip("/")
                 .replace("/assemblies/a", "/assemblies/{assembly}")
                 .replace("0" * 64, "{sha256}")
             )
@@ -331,6 +339,15 @@ class TestResponses:
         body = json_body(operation("GET", "/v1/sessions"))["properties"]
         assert wire_fields(SessionSummary) == set(body["sessions"]["items"]["properties"])
         assert set(body) == wire_fields(_api._SessionsPage)
+
+    def test_session_resume(self) -> None:
+        body = json_body(operation("GET", "/v1/sessions/{session}"))
+        props = body["properties"]
+        assert wire_fields(SessionResume) == set(props)
+        assert list(get_args(SessionStatus)) == props["status"]["enum"]
+        assert wire_fields(ResumeModel) == set(props["model"]["properties"])
+        assert wire_fields(BranchHead) == set(props["branches"]["items"]["properties"])
+        assert wire_fields(ResumeSubagent) == set(props["subagents"]["items"]["properties"])
 
     def test_error_body(self) -> None:
         inner = SCHEMAS["Error"]["properties"]["error"]

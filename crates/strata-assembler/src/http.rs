@@ -21,6 +21,7 @@ use crate::{Assembler, ContextRequest, Error};
 pub fn routes(assembler: Assembler) -> Router {
     Router::new()
         .route("/v1/sessions", get(list_sessions))
+        .route("/v1/sessions/{session}", get(resume))
         .route("/v1/sessions/{session}/context", post(context))
         .route("/v1/sessions/{session}/state", get(state))
         .route("/v1/sessions/{session}/events", get(events))
@@ -179,6 +180,34 @@ async fn state(
         ))),
         Err(e) => Err(store_error(e)),
     }
+}
+
+/// `GET /v1/sessions/{id}`: what a restarted platform worker needs to carry on — the model and
+/// context configuration, where the session stands (`status`), each branch's head, the open tool
+/// calls, the subagents with their checkpoints and the latest compaction.
+async fn resume(
+    State(a): State<Assembler>,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&a, &headers).await?;
+    let store = &a.backends().store;
+    let not_found = || ApiError::not_found(format!("session {session:?} not found"));
+    let fold = store
+        .session_fold(&tenant, &session)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(not_found)?;
+    let heads = store
+        .branch_heads(&tenant, &session)
+        .await
+        .map_err(store_error)?;
+    // The main branch's newest message says who speaks next (one message is enough).
+    let main = store
+        .snapshot(&tenant, &session, strata_core::MAIN_BRANCH, None, 1)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(crate::resume::view(&fold, main.as_ref(), &heads)))
 }
 
 #[derive(Debug, Deserialize)]

@@ -24,6 +24,7 @@ pub use strata_providers::Rendered;
 use strata_runtime::Backends;
 
 pub mod http;
+pub mod resume;
 
 /// Errors of the assembler.
 #[derive(Debug, thiserror::Error)]
@@ -348,7 +349,7 @@ impl Assembler {
                 .options
                 .confidential_providers
                 .get(tenant)
-                .is_some_and(|allowed| allowed.contains(&provider)),
+                .is_some_and(|allowed| allowed.iter().any(|p| p.vendor() == provider.vendor())),
             rehydrate: request.rehydrate.clone(),
             rehydrate_max_bytes: self.options.rehydrate_max_bytes,
             target_tokens: request.target_tokens.or(self.options.target_tokens),

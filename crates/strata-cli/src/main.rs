@@ -265,7 +265,8 @@ struct ContextArgs {
     branch: Option<String>,
     #[arg(long)]
     participant: Option<String>,
-    /// Payload format: openai or anthropic.
+    /// Payload format: openai (chat completions), openai-responses (the Responses API) or
+    /// anthropic.
     #[arg(long, default_value = "openai")]
     provider: Provider,
     /// Token budget (default: the window minus reserved output).

@@ -1511,3 +1511,80 @@ async fn a_tenants_large_batch_holds_up_neither_other_tenants_nor_its_own_share(
     assert_eq!(status, StatusCode::OK, "{resp}");
     assert_eq!(h.log_len().await, 421);
 }
+
+#[tokio::test]
+async fn a_restarted_worker_resumes_a_session_from_one_read() {
+    let h = Harness::new().await;
+    let start = with_field(
+        session_started("r-start", "resume"),
+        "payload",
+        json!({"model": {"provider": "openai", "model": "gpt-4o"},
+            "context_window_tokens": 128000, "reserved_output_tokens": 8000,
+            "tools": [{"name": "run_tests"}, {"name": "read_file"}], "user_id": "u-7"}),
+    );
+    let call = event(
+        "r-call",
+        "resume",
+        "ModelResponseReceived",
+        json!({"message_id": "a1", "text": "Running the tests.",
+               "tool_calls": [{"tool_call_id": "c1", "name": "run_tests", "args": {}}]}),
+    );
+    let fork = with_field(
+        event(
+            "r-fork",
+            "resume",
+            "BranchForked",
+            json!({"new_branch_id": "alt", "from_event_id": "r-ask"}),
+        ),
+        "branch_id",
+        json!("main"),
+    );
+    let on_alt = with_field(prompt("r-alt", "resume"), "branch_id", json!("alt"));
+    let batch = json!([start, prompt("r-ask", "resume"), call, fork, on_alt]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends).await.unwrap();
+
+    let (status, s) = h
+        .send("GET", "/v1/sessions/resume", Some(&h.acme), Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{s}");
+    assert_eq!(s["status"], "awaiting_tool_results", "{s}");
+    assert_eq!(s["head_seq"], 5);
+    assert_eq!(s["model"]["model"], "gpt-4o");
+    assert_eq!(s["model"]["context_window_tokens"], 128000);
+    assert_eq!(s["model"]["tools"], json!(["run_tests", "read_file"]));
+    assert_eq!(s["model"]["user_id"], "u-7");
+    assert_eq!(s["open_tool_calls"][0]["tool_call_id"], "c1");
+    let branches = s["branches"].as_array().unwrap();
+    let branch = |id: &str| branches.iter().find(|b| b["branch_id"] == id).unwrap();
+    assert_eq!(branch("main")["head_seq"], 4);
+    assert_eq!(branch("main")["events"], 4);
+    assert_eq!(branch("alt")["head_seq"], 5);
+    assert_eq!(branch("alt")["parent_branch_id"], "main");
+    assert_eq!(branch("alt")["fork_event_id"], "r-ask");
+    assert_eq!(s["latest_compaction"], Value::Null);
+
+    // The result arrives: the model is called next.
+    let result = event(
+        "r-result",
+        "resume",
+        "ToolCallFinished",
+        json!({"tool_call_id": "c1", "output": "3 passed"}),
+    );
+    let (status, resp) = h.post_json(&h.acme, &json!([result])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends).await.unwrap();
+    let (_, s) = h
+        .send("GET", "/v1/sessions/resume", Some(&h.acme), Body::empty())
+        .await;
+    assert_eq!(s["status"], "awaiting_model", "{s}");
+    assert_eq!(s["open_tool_calls"], json!([]));
+
+    // Another tenant learns nothing, not even that it exists.
+    let (status, resp) = h
+        .send("GET", "/v1/sessions/resume", Some(&h.globex), Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{resp}");
+    assert!(!resp.to_string().contains("gpt-4o"));
+}

@@ -31,6 +31,7 @@ pub fn payload(
     match provider {
         Provider::Openai => render::openai(model, messages, tools),
         Provider::Anthropic => render::anthropic(model, messages, tools, max_output_tokens),
+        Provider::OpenaiResponses => render::openai_responses(model, messages, tools),
     }
 }
 

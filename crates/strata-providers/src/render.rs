@@ -1,5 +1,5 @@
 //! Provider adapters at the edge (principle 12): the internal bundle rendered as an OpenAI-style
-//! chat request or an Anthropic-style messages request.
+//! chat request, an OpenAI Responses API request or an Anthropic-style messages request.
 
 use serde_json::{json, Map, Value};
 
@@ -145,6 +145,65 @@ pub fn anthropic(
             tools
                 .iter()
                 .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.schema}))
+                .collect(),
+        );
+    }
+    Value::Object(body)
+}
+
+/// An OpenAI Responses API request body: the system texts as `instructions`, the conversation
+/// as `input` items — messages, `function_call` items and their `function_call_output`s paired
+/// by `call_id` — and function tools. Reasoning items are never fabricated: Strata keeps none to
+/// send back.
+pub fn openai_responses(model: &str, messages: &[BundleMessage], tools: &[ToolSpec]) -> Value {
+    let mut instructions = Vec::new();
+    let mut input = Vec::with_capacity(messages.len());
+    let message =
+        |role: &str, text: &str| json!({"type": "message", "role": role, "content": text});
+    for m in messages {
+        match m {
+            BundleMessage::System { text } => instructions.push(text.as_str()),
+            BundleMessage::User { text } => input.push(message("user", text)),
+            // Retrieved content speaks with the user's turn, quoted, never as instructions.
+            BundleMessage::Data { source, text } => {
+                input.push(message("user", &BundleMessage::data_envelope(source, text)))
+            }
+            BundleMessage::Assistant { text, tool_calls } => {
+                if !text.is_empty() {
+                    input.push(message("assistant", text));
+                }
+                for c in tool_calls {
+                    input.push(
+                        json!({"type": "function_call", "call_id": c.id, "name": c.name,
+                        "arguments": c.arguments}),
+                    );
+                }
+            }
+            BundleMessage::Tool {
+                tool_call_id,
+                content,
+                ..
+            } => input.push(
+                json!({"type": "function_call_output", "call_id": tool_call_id, "output": content}),
+            ),
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), model.into());
+    if !instructions.is_empty() {
+        body.insert("instructions".into(), instructions.join("\n\n").into());
+    }
+    body.insert("input".into(), input.into());
+    if !tools.is_empty() {
+        body.insert(
+            "tools".into(),
+            tools
+                .iter()
+                .map(|t| {
+                    // Not `strict`: that needs every schema closed, which Strata cannot promise.
+                    json!({"type": "function", "name": t.name, "description": t.description,
+                        "parameters": t.schema, "strict": false})
+                })
                 .collect(),
         );
     }

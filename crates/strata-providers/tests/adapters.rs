@@ -51,6 +51,55 @@ fn check_openai(body: &Value) -> Result<(), String> {
     }
 }
 
+/// The Responses API's rules for `input`: messages of the user or the assistant with text
+/// content, every `function_call` answered by a `function_call_output` of its `call_id` (and
+/// every output answering an earlier call), arguments as a JSON string; system text only in
+/// `instructions`.
+fn check_responses(body: &Value) -> Result<(), String> {
+    let items = body["input"].as_array().ok_or("no input")?;
+    let mut open: BTreeSet<String> = BTreeSet::new();
+    for (i, item) in items.iter().enumerate() {
+        match item["type"].as_str().ok_or(format!("item {i}: no type"))? {
+            "message" => {
+                let role = item["role"].as_str().ok_or(format!("item {i}: no role"))?;
+                if !matches!(role, "user" | "assistant") {
+                    return Err(format!(
+                        "item {i}: role {role} (system text is instructions)"
+                    ));
+                }
+                item["content"]
+                    .as_str()
+                    .ok_or(format!("item {i}: content is not text"))?;
+            }
+            "function_call" => {
+                let id = item["call_id"]
+                    .as_str()
+                    .ok_or(format!("item {i}: call_id"))?;
+                item["name"].as_str().ok_or(format!("item {i}: name"))?;
+                item["arguments"]
+                    .as_str()
+                    .ok_or(format!("item {i}: arguments must be a JSON string"))?;
+                open.insert(id.to_owned());
+            }
+            "function_call_output" => {
+                let id = item["call_id"]
+                    .as_str()
+                    .ok_or(format!("item {i}: call_id"))?;
+                item["output"].as_str().ok_or(format!("item {i}: output"))?;
+                if !open.remove(id) {
+                    return Err(format!("item {i}: output {id} answers no earlier call"));
+                }
+            }
+            other => return Err(format!("item {i}: type {other}")),
+        }
+    }
+    if open.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("calls {open:?} never answered"))
+    }
+}
+
 fn check_anthropic(body: &Value) -> Result<(), String> {
     if body["max_tokens"].as_u64().is_none() {
         return Err("max_tokens".into());
@@ -178,11 +227,15 @@ fn mixed_snapshot() -> Snapshot {
 }
 
 #[test]
-fn both_adapters_emit_requests_their_api_accepts_at_every_budget() {
+fn every_adapter_emits_requests_its_api_accepts_at_every_budget() {
     let snap = mixed_snapshot();
     for budget in [None, Some(400), Some(150), Some(20)] {
         for verbatim_turns in [0, 1, 3] {
-            for provider in [Provider::Openai, Provider::Anthropic] {
+            for provider in [
+                Provider::Openai,
+                Provider::Anthropic,
+                Provider::OpenaiResponses,
+            ] {
                 let request = AssemblyRequest {
                     provider,
                     budget,
@@ -193,6 +246,7 @@ fn both_adapters_emit_requests_their_api_accepts_at_every_budget() {
                 let checked = match provider {
                     Provider::Openai => check_openai(&body),
                     Provider::Anthropic => check_anthropic(&body),
+                    Provider::OpenaiResponses => check_responses(&body),
                 };
                 if let Err(e) = checked {
                     panic!(
@@ -220,6 +274,12 @@ fn the_validators_reject_what_the_apis_reject() {
         {"role": "user", "content": [{"type": "text", "text": "x"}]},
         {"role": "user", "content": [{"type": "text", "text": "y"}]}]});
     assert!(check_anthropic(&repeated).is_err());
+    let unanswered = json!({"input": [
+        {"type": "message", "role": "user", "content": "x"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}]});
+    assert!(check_responses(&unanswered).is_err());
+    let system_item = json!({"input": [{"type": "message", "role": "system", "content": "x"}]});
+    assert!(check_responses(&system_item).is_err());
 }
 
 #[test]
@@ -262,4 +322,9 @@ fn retrieved_content_is_quoted_data_of_the_users_turn_never_system_instructions(
     );
     assert!(content.ends_with(&format!("</{tag}>")), "{content}");
     assert_eq!(content.matches(&format!("</{tag}>")).count(), 1);
+    let responses = render::openai_responses("gpt-4o", &messages, &[]);
+    check_responses(&responses).unwrap();
+    assert_eq!(responses["instructions"], "be useful", "{responses}");
+    assert_eq!(responses["input"][0]["role"], "user");
+    assert_eq!(responses["input"][0]["content"], data["content"]);
 }

@@ -172,6 +172,18 @@ pub struct SessionSummary {
     pub event_count: u64,
 }
 
+/// One branch of a session as its events say: how far it reaches and when it last moved.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BranchHead {
+    pub branch_id: String,
+    /// The highest seq of an event on the branch itself (not its ancestors).
+    pub head_seq: u64,
+    /// Events on the branch itself.
+    pub events: u64,
+    /// Timestamp of its newest event (RFC 3339, as the event carried it).
+    pub last_event_at: String,
+}
+
 /// The projections.
 #[async_trait]
 pub trait ProjectionStore: Debug + Send + Sync + 'static {
@@ -249,6 +261,9 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
         }
         Ok(out)
     }
+
+    /// Each branch of a session that has events of its own, by branch id.
+    async fn branch_heads(&self, tenant: &str, session: &str) -> Result<Vec<BranchHead>>;
 
     /// A stored ContextAssembly record.
     async fn assembly(&self, tenant: &str, assembly_id: &str) -> Result<Option<Value>>;

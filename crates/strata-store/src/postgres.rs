@@ -29,7 +29,10 @@ use strata_core::assembly::Snapshot;
 use strata_core::projection::{Change, SessionFold, ToolCallRow, ToolResultRow, ToolStatus};
 
 use crate::common::{self, Dialect};
-use crate::{ApiKeyInfo, Error, Offsets, ProjectionBatch, ProjectionStore, Result, SessionSummary};
+use crate::{
+    ApiKeyInfo, BranchHead, Error, Offsets, ProjectionBatch, ProjectionStore, Result,
+    SessionSummary,
+};
 
 /// Pool size when the URL has no `max_connections` parameter.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
@@ -707,6 +710,26 @@ impl ProjectionStore for PgStore {
         .fetch_optional(&self.pool)
         .await?;
         Ok(row.map(|r| r.get::<i64, _>(0) as u64))
+    }
+
+    async fn branch_heads(&self, tenant: &str, session: &str) -> Result<Vec<BranchHead>> {
+        let rows = sqlx::query(
+            "SELECT branch_id, MAX(seq), COUNT(*), MAX(timestamp) FROM events \
+             WHERE tenant_id = $1 AND session_id = $2 GROUP BY branch_id ORDER BY branch_id",
+        )
+        .bind(text(tenant))
+        .bind(text(session))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| BranchHead {
+                branch_id: r.get(0),
+                head_seq: r.get::<i64, _>(1) as u64,
+                events: r.get::<i64, _>(2) as u64,
+                last_event_at: r.get(3),
+            })
+            .collect())
     }
 
     #[tracing::instrument(name = "store.postgres.snapshot", skip(self))]

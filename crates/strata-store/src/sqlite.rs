@@ -17,7 +17,10 @@ use strata_core::payload::PrivacyClass;
 use strata_core::projection::{Change, SessionFold, ToolCallRow, ToolResultRow, ToolStatus};
 
 use crate::common::{self, Dialect, INSERT_CHUNK};
-use crate::{ApiKeyInfo, Error, Offsets, ProjectionBatch, ProjectionStore, Result, SessionSummary};
+use crate::{
+    ApiKeyInfo, BranchHead, Error, Offsets, ProjectionBatch, ProjectionStore, Result,
+    SessionSummary,
+};
 
 const DIALECT: Dialect = Dialect {
     stored_text: common::verbatim,
@@ -595,6 +598,26 @@ impl ProjectionStore for SqliteStore {
         .fetch_optional(&self.pool)
         .await?;
         Ok(row.map(|r| r.get::<i64, _>(0) as u64))
+    }
+
+    async fn branch_heads(&self, tenant: &str, session: &str) -> Result<Vec<BranchHead>> {
+        let rows = sqlx::query(
+            "SELECT branch_id, MAX(seq), COUNT(*), MAX(timestamp) FROM events \
+             WHERE tenant_id = ? AND session_id = ? GROUP BY branch_id ORDER BY branch_id",
+        )
+        .bind(tenant)
+        .bind(session)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| BranchHead {
+                branch_id: r.get(0),
+                head_seq: r.get::<i64, _>(1) as u64,
+                events: r.get::<i64, _>(2) as u64,
+                last_event_at: r.get(3),
+            })
+            .collect())
     }
 
     #[tracing::instrument(name = "store.sqlite.snapshot", skip(self))]

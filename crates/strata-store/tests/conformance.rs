@@ -871,6 +871,27 @@ async fn snapshot_follows_branch_lineage(backend: Arc<Backend>) {
     let window = snapshot(store, &feed, "alt2", 2).await;
     assert_eq!(seqs(&window), [9, 13]);
     assert_eq!(window.messages_before_window, 2);
+
+    // Each branch's own head (what a resumed worker reads), not its ancestors'.
+    let heads: Vec<(String, u64, u64)> = store
+        .branch_heads("acme", "s1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| {
+            assert!(!h.last_event_at.is_empty(), "{h:?}");
+            (h.branch_id, h.head_seq, h.events)
+        })
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            ("alt".to_owned(), 12, 4),
+            ("alt2".to_owned(), 13, 1),
+            ("main".to_owned(), 14, 9)
+        ]
+    );
+    assert!(store.branch_heads("globex", "s1").await.unwrap().is_empty());
 }
 
 async fn snapshot_of_unknown_session_or_branch_is_none(backend: Arc<Backend>) {

@@ -22,6 +22,7 @@ from .models import (
     ContextAssembly,
     ContextRequest,
     ContextResponse,
+    SessionResume,
     SessionState,
     SessionSummary,
     WhyNot,
@@ -222,6 +223,15 @@ def compact(session_id: str, branch: str | None, keep_turns: int | None) -> Call
         idempotent=False,
         # 422: the record of a compaction whose check failed (recorded, replacing nothing).
         accept=frozenset({200, 422}),
+    )
+
+
+def session(session_id: str) -> Call[SessionResume]:
+    """``GET /v1/sessions/{id}``."""
+    return Call(
+        "GET",
+        f"/v1/sessions/{_segment(session_id, 'session_id')}",
+        parse=_model(SessionResume),
     )
 
 

@@ -21,6 +21,7 @@ from .models import (
     ContextRequest,
     ContextResponse,
     Provider,
+    SessionResume,
     SessionState,
     SessionSummary,
     WhyNot,
@@ -149,6 +150,11 @@ class Client(BaseClient):
         and replaces nothing. Never re-sent once the request may have reached the server.
         """
         return self._send(_api.compact(session_id, branch, keep_turns))
+
+    def session(self, session_id: str) -> SessionResume:
+        """What a restarted worker needs to carry on the session: model configuration, status,
+        each branch's head, open calls, subagents and the latest compaction."""
+        return self._send(_api.session(session_id))
 
     def state(self, session_id: str) -> SessionState:
         """The session's projected state: branches, agent state per branch, open tool calls."""

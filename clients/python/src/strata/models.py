@@ -8,7 +8,7 @@ never breaks a reader; request models refuse unknown fields, as the server does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, NonNegativeInt, PositiveInt
 
@@ -46,8 +46,9 @@ __all__ = [
     "WhyNot",
 ]
 
-Provider = Literal["openai", "anthropic"]
-"""The request format a context is rendered in: OpenAI chat or Anthropic messages."""
+Provider = Literal["openai", "anthropic", "openai-responses"]
+"""The request format a context is rendered in: OpenAI chat completions, the OpenAI Responses
+API (`instructions` and `input` items) or Anthropic messages."""
 
 Tier = Literal["P0", "P1", "P2", "P3"]
 """Priority tiers: P0 is never dropped, P3 (digests of older turns) goes first."""
@@ -298,6 +299,64 @@ class SessionState(_Response):
     branches: dict[str, BranchState]
     open_tool_calls: list[OpenToolCall]
     stats: SessionStats
+
+
+SessionStatus = Literal[
+    "new", "awaiting_model", "awaiting_tool_results", "awaiting_approval", "idle"
+]
+"""Where a session stands: who acts next."""
+
+
+class ResumeModel(_Response):
+    """The model and context configuration a session started with."""
+
+    model: str
+    context_window_tokens: NonNegativeInt
+    reserved_output_tokens: NonNegativeInt
+    system_prompt_tokens: NonNegativeInt
+    tools: list[str]
+    project_id: str | None = None
+    user_id: str | None = None
+
+
+class BranchHead(_Response):
+    """One branch of a session: where it forked and how far it reaches."""
+
+    branch_id: str
+    kind: str
+    parent_branch_id: str | None = None
+    fork_event_id: str | None = None
+    fork_seq: NonNegativeInt | None = None
+    head_seq: NonNegativeInt | None = None
+    events: NonNegativeInt
+    last_event_at: str | None = None
+
+
+class ResumeSubagent(_Response):
+    """A subagent of the session, with the parent's checkpoint for it."""
+
+    branch_id: str
+    child_session_id: str
+    task: str | None = None
+    status: str
+    checkpoint: str | None = None
+
+
+class SessionResume(_Response):
+    """What a restarted platform worker needs to carry on a session
+    (``GET /v1/sessions/{id}``)."""
+
+    session_id: str
+    status: SessionStatus
+    head_seq: NonNegativeInt
+    event_count: NonNegativeInt
+    last_event_id: str | None = None
+    last_event_at: str | None = None
+    model: ResumeModel | None = None
+    branches: list[BranchHead]
+    open_tool_calls: list[OpenToolCall]
+    subagents: list[ResumeSubagent]
+    latest_compaction: dict[str, Any] | None = None
 
 
 class CompactionProgress(_Response):

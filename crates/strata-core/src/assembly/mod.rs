@@ -336,6 +336,9 @@ pub enum Provider {
     Openai,
     /// Anthropic-style messages.
     Anthropic,
+    /// OpenAI's Responses API: `instructions` and `input` items.
+    #[serde(rename = "openai-responses")]
+    OpenaiResponses,
 }
 
 impl std::str::FromStr for Provider {
@@ -344,8 +347,9 @@ impl std::str::FromStr for Provider {
         match s {
             "openai" => Ok(Provider::Openai),
             "anthropic" => Ok(Provider::Anthropic),
+            "openai-responses" => Ok(Provider::OpenaiResponses),
             _ => Err(format!(
-                "unknown provider {s:?}: expected openai or anthropic"
+                "unknown provider {s:?}: expected openai, openai-responses or anthropic"
             )),
         }
     }
@@ -355,6 +359,16 @@ impl Provider {
     pub fn as_str(self) -> &'static str {
         match self {
             Provider::Openai => "openai",
+            Provider::Anthropic => "anthropic",
+            Provider::OpenaiResponses => "openai-responses",
+        }
+    }
+
+    /// Who receives the payload: the two OpenAI formats go to the same vendor, so a tenant that
+    /// allows its confidential outputs to `openai` allows them to either.
+    pub fn vendor(self) -> &'static str {
+        match self {
+            Provider::Openai | Provider::OpenaiResponses => "openai",
             Provider::Anthropic => "anthropic",
         }
     }
