@@ -128,6 +128,27 @@ def test_assembly_lookup_and_why_not(client: strata.Client, session_id: str) -> 
     assert why.explanation and any("included in" in line for line in why.explanation)
 
 
+def test_a_response_links_to_the_context_it_answered(
+    client: strata.Client, session_id: str
+) -> None:
+    events, calls = coding_session(session_id)
+    b = strata.EventBuilder(session_id, participant_id="coder")
+    client.append([*events, b.tool_result(calls["rerun"].tool_call_id, "4 passed")])
+    ctx = client.context(session_id)
+
+    answer = b.model_response("All green.", assembly_id=ctx.assembly.assembly_id)
+    client.append([answer])
+
+    logged = eventually(
+        lambda: [e for e in client.events(session_id) if e.event_id == answer.event_id],
+        lambda found: len(found) == 1,
+    )[0]
+    linked = logged.payload.model_dump()["assembly_id"]
+    assert linked == ctx.assembly.assembly_id
+    record = eventually(lambda: client.assembly(linked), lambda a: True)
+    assert record.session_id == session_id
+
+
 def test_events_follow_pagination(server: Server, session_id: str) -> None:
     b = strata.EventBuilder(session_id)
     events = [b.user_prompt(f"prompt {i}") for i in range(25)]

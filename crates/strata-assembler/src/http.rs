@@ -64,8 +64,7 @@ async fn context(
     let request: ContextRequest = if body.iter().all(u8::is_ascii_whitespace) {
         ContextRequest::default()
     } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request(format!("invalid context request: {e}")))?
+        strata_runtime::parse_object(&body, "context request")?
     };
     match a.context_and_record(&tenant, &session, &request).await {
         Ok((assembled, recorded)) => Ok(Json(json!({

@@ -313,6 +313,22 @@ impl Assembler {
         if request.budget == Some(0) {
             return Err(Error::BadRequest("budget must be at least 1 token".into()));
         }
+        if request.target_tokens == Some(0) {
+            return Err(Error::BadRequest(
+                "target_tokens must be at least 1 token".into(),
+            ));
+        }
+        // They name the branch and participant of the assembly record on the log: checked as
+        // every event's ids are, so that the record reads back.
+        for (field, value) in [
+            ("branch", request.branch.as_deref()),
+            ("participant", request.participant.as_deref()),
+        ] {
+            if let Some(value) = value {
+                strata_core::event::check_id(field, value)
+                    .map_err(|e| Error::BadRequest(e.to_string()))?;
+            }
+        }
         let complete = self.wait_for_projection(tenant, session).await?;
         let snapshot = self
             .backends

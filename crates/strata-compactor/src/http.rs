@@ -51,8 +51,7 @@ async fn compact(
     let request: CompactRequest = if body.iter().all(u8::is_ascii_whitespace) {
         CompactRequest::default()
     } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request(format!("invalid compact request: {e}")))?
+        strata_runtime::parse_object(&body, "compact request")?
     };
     let branch = request
         .branch

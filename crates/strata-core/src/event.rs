@@ -401,6 +401,48 @@ fn is_invisible_format(c: char) -> bool {
         | '\u{E0020}'..='\u{E007F}')
 }
 
+/// Checks an id (`event_id`, `session_id`, `branch_id`, `participant_id`, …) as every event's
+/// are checked: not empty, at most [`MAX_ID_LEN`] bytes, no control characters, no invisible
+/// format characters (bidi overrides, zero-width characters and BOMs make two ids that print
+/// alike differ, or one print as another). Whatever names an id on the log passes this first,
+/// so that every event written reads back.
+pub fn check_id(field: &str, s: &str) -> Result<(), FieldError> {
+    if s.is_empty() {
+        Err(FieldError::new(field, "must not be empty"))
+    } else if s.len() > MAX_ID_LEN {
+        Err(FieldError::new(
+            field,
+            format!("longer than {MAX_ID_LEN} bytes"),
+        ))
+    } else if s.chars().any(char::is_control) {
+        Err(FieldError::new(field, "contains control characters"))
+    } else if let Some(c) = s.chars().find(|c| is_invisible_format(*c)) {
+        Err(FieldError::new(
+            field,
+            format!("contains the invisible format character U+{:04X}", c as u32),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The ids of an event built in code (not parsed), checked as [`Event::from_json`] checks them.
+pub fn check_ids(event: &Event) -> Vec<FieldError> {
+    let required = [
+        ("event_id", Some(&event.event_id)),
+        ("tenant_id", Some(&event.tenant_id)),
+        ("session_id", Some(&event.session_id)),
+        ("branch_id", Some(&event.branch_id)),
+        ("parent_event_id", event.parent_event_id.as_ref()),
+        ("actor", event.actor.as_ref()),
+        ("participant_id", event.participant_id.as_ref()),
+    ];
+    required
+        .into_iter()
+        .filter_map(|(field, value)| check_id(field, value?).err())
+        .collect()
+}
+
 fn take_id(
     obj: &mut Map<String, Value>,
     field: &str,
@@ -414,31 +456,13 @@ fn take_id(
             }
             None
         }
-        Some(Value::String(s)) => {
-            if s.is_empty() {
-                errors.push(FieldError::new(field, "must not be empty"));
+        Some(Value::String(s)) => match check_id(field, &s) {
+            Ok(()) => Some(s),
+            Err(e) => {
+                errors.push(e);
                 None
-            } else if s.len() > MAX_ID_LEN {
-                errors.push(FieldError::new(
-                    field,
-                    format!("longer than {MAX_ID_LEN} bytes"),
-                ));
-                None
-            } else if s.chars().any(char::is_control) {
-                errors.push(FieldError::new(field, "contains control characters"));
-                None
-            } else if let Some(c) = s.chars().find(|c| is_invisible_format(*c)) {
-                // Bidi overrides, zero-width characters and BOMs make two ids that print alike
-                // differ (or one that prints as another): refused in ids.
-                errors.push(FieldError::new(
-                    field,
-                    format!("contains the invisible format character U+{:04X}", c as u32),
-                ));
-                None
-            } else {
-                Some(s)
             }
-        }
+        },
         Some(other) => {
             errors.push(FieldError::new(
                 field,

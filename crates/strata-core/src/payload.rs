@@ -137,6 +137,9 @@ impl Payload {
             Payload::UserPromptSubmitted(p) => non_empty(errors, "message_id", &p.message_id),
             Payload::ModelResponseReceived(p) => {
                 non_empty(errors, "message_id", &p.message_id);
+                if let Some(e) = p.assembly_id_error() {
+                    errors.push(FieldError::new("payload.assembly_id", e));
+                }
                 for (i, c) in p.tool_calls.iter().enumerate() {
                     non_empty(
                         errors,
@@ -295,6 +298,32 @@ pub struct ModelResponseReceived {
     pub usage: Option<Usage>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// The payload field linking a model's response to the context it answered.
+pub const ASSEMBLY_ID_FIELD: &str = "assembly_id";
+
+impl ModelResponseReceived {
+    /// The assembly (`ContextBuilt` record) whose context the model answered with this response,
+    /// when the platform passed it back: "why did the model say this" is then one lookup
+    /// (`GET /v1/assemblies/{id}`). Carried as a payload field of its own (`assembly_id`).
+    pub fn assembly_id(&self) -> Option<&str> {
+        self.extra.get(ASSEMBLY_ID_FIELD).and_then(Value::as_str)
+    }
+
+    fn assembly_id_error(&self) -> Option<&'static str> {
+        let value = self.extra.get(ASSEMBLY_ID_FIELD)?;
+        let well_formed = value.as_str().is_some_and(|id| {
+            id.len() <= 64
+                && id.strip_prefix("asm_").is_some_and(|rest| {
+                    !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+                })
+        });
+        (!well_formed).then_some(
+            "expected the assembly_id of the context this response answers (`asm_…`, as the \
+             context answer's `assembly.assembly_id` gives it)",
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

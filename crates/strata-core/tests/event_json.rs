@@ -318,3 +318,33 @@ fn ids_with_bidi_overrides_zero_width_characters_or_a_bom_are_refused_naming_the
         "payload": {"message_id": "m", "text": "hi"}});
     assert!(Event::from_json(ok, None).is_ok());
 }
+
+#[test]
+fn a_response_names_the_assembly_it_answers_or_is_refused_naming_the_field() {
+    let response = |assembly_id: serde_json::Value| {
+        json!({"event_id": "e1", "tenant_id": "t", "session_id": "s",
+            "timestamp": "2026-06-03T10:00:00Z", "type": "ModelResponseReceived",
+            "payload": {"message_id": "m1", "text": "done", "assembly_id": assembly_id}})
+    };
+    let event = Event::from_json(response(json!("asm_0123456789abcdef01234567")), None).unwrap();
+    let Payload::ModelResponseReceived(p) = &event.payload else {
+        panic!("{event:?}")
+    };
+    assert_eq!(p.assembly_id(), Some("asm_0123456789abcdef01234567"));
+    assert_eq!(
+        event.to_json()["payload"]["assembly_id"],
+        "asm_0123456789abcdef01234567"
+    );
+    for bad in [
+        json!(""),
+        json!("asm_"),
+        json!("ctx_123"),
+        json!(7),
+        json!("asm_a b"),
+    ] {
+        let errors = errors_of(response(bad.clone()));
+        assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
+        assert_eq!(errors[0].0, "payload.assembly_id", "{bad}");
+        assert!(errors[0].1.contains("asm_"), "{bad}: {}", errors[0].1);
+    }
+}

@@ -312,6 +312,23 @@ impl Ingestor {
         publisher: &Publisher,
         mut events: Vec<(Event, Option<u64>)>,
     ) -> Result<Vec<Outcome>, IngestError> {
+        // Events built in code (the services', an importer's) are held to the ids parsed ones
+        // are: an event on the log must always read back.
+        let unreadable: Vec<EventErrors> = events
+            .iter()
+            .enumerate()
+            .filter_map(|(index, (e, _))| {
+                let errors = strata_core::event::check_ids(e);
+                (!errors.is_empty()).then(|| EventErrors {
+                    index,
+                    event_id: Some(strata_core::projection::truncate_chars(&e.event_id, 200)),
+                    errors,
+                })
+            })
+            .collect();
+        if !unreadable.is_empty() {
+            return Err(IngestError::Invalid(unreadable));
+        }
         let mut _permit = None;
         if let Publisher::Tenant(key_tenant) = publisher {
             for (index, (e, _)) in events.iter().enumerate() {

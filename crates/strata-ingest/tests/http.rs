@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use strata_assembler::{Assembler, AssemblerOptions};
 use strata_core::payload::Payload;
 use strata_core::Event;
-use strata_ingest::{IngestOptions, Ingestor};
+use strata_ingest::{IngestOptions, Ingestor, Publisher};
 use strata_log::FsyncPolicy;
 use strata_runtime::{auth, BackendOpts, Backends};
 use tower::ServiceExt;
@@ -1587,4 +1587,122 @@ async fn a_restarted_worker_resumes_a_session_from_one_read() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{resp}");
     assert!(!resp.to_string().contains("gpt-4o"));
+}
+
+#[tokio::test]
+async fn a_response_carries_the_assembly_it_answered_and_the_link_resolves() {
+    let h = Harness::new().await;
+    let batch = json!([
+        session_started("l-start", "linked"),
+        prompt("l-ask", "linked")
+    ]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends).await.unwrap();
+    let (status, ctx) = h
+        .send("POST", "/v1/sessions/linked/context", Some(&h.acme), "{}")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ctx}");
+    let assembly_id = ctx["assembly"]["assembly_id"].as_str().unwrap().to_owned();
+
+    // The platform sends the model's answer back with the id of the context it answered.
+    let answer = event(
+        "l-answer",
+        "linked",
+        "ModelResponseReceived",
+        json!({"message_id": "a1", "text": "Done.", "assembly_id": assembly_id}),
+    );
+    let (status, resp) = h.post_json(&h.acme, &json!([answer])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends).await.unwrap();
+    let (_, events) = h
+        .send(
+            "GET",
+            "/v1/sessions/linked/events",
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    let answered = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_id"] == "l-answer")
+        .expect("the answer is projected");
+    let linked = answered["payload"]["assembly_id"].as_str().unwrap();
+    assert_eq!(linked, assembly_id);
+    // One lookup from the response to the exact context it answered.
+    let (status, record) = h
+        .send(
+            "GET",
+            &format!("/v1/assemblies/{linked}"),
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    assert_eq!(record["session_id"], "linked");
+
+    // A malformed link is refused, naming the field; nothing is appended.
+    let before = h.log_len().await;
+    let bad = event(
+        "l-bad",
+        "linked",
+        "ModelResponseReceived",
+        json!({"message_id": "a2", "text": "?", "assembly_id": "not-an-assembly"}),
+    );
+    let (status, resp) = h.post_json(&h.acme, &json!([bad])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{resp}");
+    assert!(resp.to_string().contains("payload.assembly_id"), "{resp}");
+    assert_eq!(h.log_len().await, before);
+}
+
+/// Found by schemathesis: a context asked for an empty participant recorded an assembly whose
+/// event could not be read back, and every later compaction of the session failed on it.
+#[tokio::test]
+async fn a_context_request_naming_an_unusable_id_is_400_and_records_nothing() {
+    let h = Harness::new().await;
+    let batch = json!([session_started("u-start", "ids"), prompt("u-ask", "ids")]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends).await.unwrap();
+    let before = h.log_len().await;
+    let uri = "/v1/sessions/ids/context";
+    for (body, says) in [
+        (json!({"participant": ""}), "participant: must not be empty"),
+        (
+            json!({"participant": "a\u{6}b"}),
+            "participant: contains control characters",
+        ),
+        (json!({"branch": ""}), "branch: must not be empty"),
+        (
+            json!({"target_tokens": 0}),
+            "target_tokens must be at least 1",
+        ),
+        (json!([]), "expected a JSON object"),
+    ] {
+        let (status, resp) = h.send("POST", uri, Some(&h.acme), body.to_string()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {resp}");
+        let (code, message) = error_of(&resp);
+        assert_eq!(code, "bad_request");
+        assert!(message.contains(says), "{body}: {message}");
+    }
+    assert_eq!(h.log_len().await, before, "no assembly recorded");
+    // The services' own events are held to the same ids.
+    let mut event = h.logged("u-ask").await;
+    event.event_id = "built-in-code".into();
+    event.seq = None;
+    event.participant_id = Some(String::new());
+    let refused = h
+        .ingestor
+        .ingest(&Publisher::Operator, vec![(event, None)])
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("participant_id: must not be empty"),
+        "{refused}"
+    );
+    assert_eq!(h.log_len().await, before);
 }

@@ -103,3 +103,18 @@ impl IntoResponse for ApiError {
         (self.status, Json(body)).into_response()
     }
 }
+
+/// A request body that must be a JSON object (serde would also take an array for a struct).
+pub fn parse_object<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> Result<T, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid {what}: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "invalid {what}: expected a JSON object"
+        )));
+    }
+    serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("invalid {what}: {e}")))
+}

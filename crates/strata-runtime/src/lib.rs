@@ -25,7 +25,7 @@ pub mod startup;
 
 use admin::WorkerHealth;
 
-pub use error::ApiError;
+pub use error::{parse_object, ApiError};
 pub use lock::DataDirLock;
 
 /// Errors while bringing the backends up.

@@ -192,16 +192,23 @@ class EventBuilder:
         message_id: str | None = None,
         usage: Usage | None = None,
         model_run_id: str | None = None,
+        assembly_id: str | None = None,
         **options: Unpack[EnvelopeOptions],
     ) -> Event:
         """``ModelResponseReceived``: the model's text and the tool calls it asked for (make
-        them with :func:`tool_call`); each call stays open until its result or failure."""
+        them with :func:`tool_call`); each call stays open until its result or failure.
+
+        ``assembly_id`` links the response to the context it answered (the context answer's
+        ``assembly.assembly_id``): "why did the model say this" is then one
+        :meth:`Client.assembly` lookup."""
+        link = {"assembly_id": assembly_id} if assembly_id is not None else {}
         payload = ModelResponseReceived(
             message_id=message_id or new_id("msg"),
             text=text,
             tool_calls=list(tool_calls),
             usage=usage,
             model_run_id=model_run_id,
+            **link,
         )
         return self._event(payload, "assistant", options)
 
