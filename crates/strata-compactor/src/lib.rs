@@ -143,27 +143,18 @@ fn derive_compaction(
     vec![compaction_event(&record, event)]
 }
 
-/// Reads a session's events (canonical JSON, seq order) from the projections.
+/// Reads a session's events (seq order) from the projections. A stored event that no longer
+/// parses (written before ingest held every id to the rules) is left out with a warning, so that
+/// one bad record cannot stop the session from ever being compacted again.
 pub async fn session_events(
     backends: &Backends,
     tenant: &str,
     session: &str,
 ) -> Result<Vec<Event>, Error> {
-    let mut out = Vec::new();
-    let mut after = 0u64;
-    loop {
-        let page = backends.store.events(tenant, session, after, 5000).await?;
-        if page.is_empty() {
-            break;
-        }
-        for v in page {
-            let e = Event::from_json(v, None)
-                .map_err(|e| Error::Invalid(format!("stored event does not parse: {e}")))?;
-            after = after.max(e.seq.unwrap_or(after));
-            out.push(e);
-        }
-    }
-    Ok(out)
+    Ok(backends
+        .store
+        .events_through(tenant, session, u64::MAX)
+        .await?)
 }
 
 /// An explicit compaction of a session's branch (`strata compact`, `POST .../compact`): reads

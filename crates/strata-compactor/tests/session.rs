@@ -200,3 +200,50 @@ async fn a_long_coding_session_survives_repeated_compaction() {
     }
     assert!(after["compactions"].0 >= 2);
 }
+
+/// A record on the log that no longer reads back (an assembly recorded with an empty
+/// participant before ingest held built events to the id rules) is left out of what compaction
+/// reads, instead of failing every compaction of the session from then on.
+#[tokio::test]
+async fn a_stored_event_that_no_longer_parses_does_not_stop_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = BackendOpts {
+        fsync: FsyncPolicy::Never,
+        ..BackendOpts::embedded(dir.path())
+    };
+    let backends = Backends::open(&opts, "test").await.unwrap();
+    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+    let events = coding_session("t", "s", 8);
+    ingestor
+        .ingest_json(&Publisher::Operator, events)
+        .await
+        .unwrap();
+    // Straight onto the log, as an older ingest would have let it through.
+    let mut bad = strata_core::Event::from_json(
+        serde_json::json!({"event_id": "old-record", "tenant_id": "t", "session_id": "s",
+            "timestamp": "2026-06-03T12:00:00Z", "type": "UserPromptSubmitted",
+            "payload": {"message_id": "m-old", "text": "an old record"}}),
+        None,
+    )
+    .unwrap();
+    bad.participant_id = Some(String::new());
+    bad.seq = Some(10_000);
+    let record = strata_log::NewRecord {
+        key: b"s".to_vec(),
+        headers: vec![],
+        value: backends.codec.encode(&bad).unwrap(),
+        timestamp_ms: 0,
+    };
+    backends.log.append(vec![record]).await.unwrap();
+    strata_projector::catch_up(&backends).await.unwrap();
+
+    let read = strata_compactor::session_events(&backends, "t", "s")
+        .await
+        .expect("the session reads, the bad record left out");
+    assert!(read.iter().all(|e| e.event_id != "old-record"));
+    assert!(read.len() >= 8 * 4, "{} events", read.len());
+    let compacted = strata_compactor::compact_session(&backends, &ingestor, "t", "s", "main", 2)
+        .await
+        .expect("compaction goes on");
+    assert!(compacted.is_some());
+}
