@@ -227,10 +227,10 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Value>>;
 
-    /// The session's events with `seq <= at`, in seq order, read back as events: a fork from an
-    /// earlier event folds its parent again up to there (see
-    /// `strata_core::projection::branch_at`). A stored event that no longer parses is left out
-    /// with a warning rather than stopping the projections.
+    /// The session's events with `seq <= at`, in seq order, read back as events (a fork from an
+    /// earlier event folds its parent again up to there, see
+    /// `strata_core::projection::branch_at`; a compaction reads the session). A stored event that
+    /// no longer parses is left out with a warning rather than stopping the reader for good.
     async fn events_through(
         &self,
         tenant: &str,
@@ -252,7 +252,7 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
                 match strata_core::Event::from_json(value, None) {
                     Ok(event) => out.push(event),
                     Err(e) => tracing::warn!(tenant, session, seq, error = %e,
-                        "a stored event does not parse; left out of the fork's history"),
+                        "a stored event does not parse; left out of the events read back"),
                 }
             }
             if !full || after == before {
