@@ -92,9 +92,6 @@ pub(crate) struct Folder {
     shard_of: HashMap<Key, usize>,
     /// (tenant, event_id) of every event folded so far: the duplicate check.
     seen: HashSet<Key>,
-    /// The id of each session's latest event so far: a fork from any other event needs the
-    /// session's history.
-    last_event: HashMap<Key, String>,
     /// Whether the projection set already had events when this folder started (a resumed
     /// rebuild): then what is not in memory is looked up in the store.
     check_store: bool,
@@ -195,7 +192,6 @@ impl Folder {
             shards: (0..workers.max(1)).map(|_| Some(Shard::new())).collect(),
             shard_of: HashMap::new(),
             seen: HashSet::new(),
-            last_event: HashMap::new(),
             check_store,
             changes: Vec::new(),
             touched: Vec::new(),
@@ -267,14 +263,10 @@ impl Folder {
                 }
                 _ => None,
             };
-            if let Some(f) = &stored_fold {
-                if let Some(last) = &f.last_event_id {
-                    self.last_event.insert(skey.clone(), last.clone());
-                }
-            }
             let fork_base = match &event.payload {
                 Payload::BranchForked(p)
-                    if self.last_event.get(&skey) != Some(&p.from_event_id) =>
+                    if self.latest_event(&skey, &work[shard], stored_fold.as_ref())
+                        != Some(p.from_event_id.as_str()) =>
                 {
                     let history = self.history(store, &event, &work[shard]).await?;
                     let from = history.iter().find(|e| e.event_id == p.from_event_id);
@@ -285,7 +277,6 @@ impl Folder {
                 }
                 _ => None,
             };
-            self.last_event.insert(skey.clone(), event.event_id.clone());
             if self.touched_set.insert(skey.clone()) {
                 self.touched.push(skey);
             }
@@ -343,6 +334,25 @@ impl Folder {
         self.changes.extend(slots.into_iter().flatten());
         self.pending += total;
         Ok(stats)
+    }
+
+    /// The id of the session's latest event before the one in hand: the last of the chunk's
+    /// queued ones, else the last folded, else the stored fold's. Asked at forks only, so that
+    /// nothing is kept per event on the fold's hot path.
+    fn latest_event<'a>(
+        &'a self,
+        key: &Key,
+        queued: &'a [Work],
+        stored: Option<&'a SessionFold>,
+    ) -> Option<&'a str> {
+        let queued = queued
+            .iter()
+            .rev()
+            .find(|w| w.event.tenant_id == key.0 && w.event.session_id == key.1)
+            .map(|w| w.event.event_id.as_str());
+        queued
+            .or_else(|| self.fold_of(key)?.last_event_id.as_deref())
+            .or_else(|| stored?.last_event_id.as_deref())
     }
 
     /// Every event of `fork`'s session before it, in seq order: those in the store, those folded
