@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use strata_assembler::{Assembler, AssemblerOptions, ContextRequest};
 use strata_compactor::scenario::coding_session;
 use strata_compactor::{CompactorOptions, Planner};
-use strata_core::compaction::{compact, DeterministicSummarizer};
+use strata_core::compaction::{compact, CutRule, DeterministicSummarizer};
 use strata_core::memory::MemoryEngine;
 use strata_core::tokens::O200k;
 use strata_core::Event;
@@ -52,8 +52,14 @@ pub(crate) async fn run() -> anyhow::Result<()> {
 
     // Compaction of a 10,000-event session: one compaction of everything but the last turns.
     let started = Instant::now();
-    let record = compact(&big, None, 2, &DeterministicSummarizer, &O200k)
-        .ok_or_else(|| anyhow::anyhow!("nothing to compact"))?;
+    let record = compact(
+        &big,
+        None,
+        CutRule::turns(2),
+        &DeterministicSummarizer,
+        &O200k,
+    )
+    .ok_or_else(|| anyhow::anyhow!("nothing to compact"))?;
     let t = started.elapsed();
     println!(
         "{:<60} {:>11.1} ms",
@@ -104,6 +110,7 @@ pub(crate) async fn run() -> anyhow::Result<()> {
             let mut planner = Planner::new(CompactorOptions {
                 threshold: 0.4,
                 keep_turns: 2,
+                ..CompactorOptions::default()
             });
             let (_, c) = strata_compactor::run_with(
                 &backends,

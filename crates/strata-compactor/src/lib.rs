@@ -16,7 +16,7 @@ pub mod scenario;
 use std::future::Future;
 
 pub use strata_core::compaction::planner::{
-    compaction_event, compaction_event_id, CompactorOptions, Planner, ACTOR,
+    budget_of, compaction_event, compaction_event_id, CompactorOptions, Planner, ACTOR,
 };
 use strata_core::compaction::{compact, CompactionRecord, DeterministicSummarizer};
 use strata_core::payload::Payload;
@@ -158,8 +158,10 @@ pub async fn session_events(
 }
 
 /// An explicit compaction of a session's branch (`strata compact`, `POST .../compact`): reads
-/// its events from the projections, compacts after the latest successful compaction, appends
-/// the record (successful or failed) and returns it. `None` when there is nothing to compact.
+/// its events from the projections, compacts after the latest successful compaction (keeping
+/// `keep_turns` user turns, or, when they are long, the newest steps that fit in the compactor's
+/// default share of the session's budget), appends the record (successful or failed) and
+/// returns it. `None` when there is nothing to compact.
 pub async fn compact_session(
     backends: &Backends,
     ingestor: &Ingestor,
@@ -185,10 +187,15 @@ pub async fn compact_session(
             _ => None,
         })
         .rfind(CompactionRecord::succeeded);
+    let rule = CompactorOptions {
+        keep_turns,
+        ..CompactorOptions::default()
+    }
+    .cut_rule(budget_of(&events));
     let Some(record) = compact(
         &events,
         previous.as_ref(),
-        keep_turns,
+        rule,
         &DeterministicSummarizer,
         &O200k as &dyn TokenCounter,
     ) else {

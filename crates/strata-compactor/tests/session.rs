@@ -77,6 +77,7 @@ async fn a_long_coding_session_survives_repeated_compaction() {
     let mut planner = Planner::new(CompactorOptions {
         threshold: 0.4,
         keep_turns: 2,
+        ..CompactorOptions::default()
     });
     let mut compactions = 0u64;
     let mut checked = 0;

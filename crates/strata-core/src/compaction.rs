@@ -466,11 +466,65 @@ pub fn event_tokens(e: &Event, tokens: &dyn TokenCounter) -> u64 {
     }
 }
 
-/// The cut of a branch: the index of the first event kept verbatim so that the last
-/// `keep_turns` user turns stay raw and no tool call is separated from its result (a call whose
-/// result is not before the cut moves the cut back to its request). `None` when nothing before
-/// `floor` (the previous compaction's cut) would be summarised.
-pub fn choose_cut(events: &[&Event], keep_turns: usize, floor: usize) -> Option<usize> {
+/// Where a compaction may cut a branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CutRule {
+    /// User turns kept verbatim after the cut.
+    pub keep_turns: usize,
+    /// When the kept turns hold more raw tokens than this (a long turn, the usual shape of
+    /// agent work), the cut moves into the turn: only its newest steps that fit stay verbatim
+    /// (at least [`MIN_KEPT_STEPS`]). `None`: whole turns only.
+    pub keep_tokens: Option<u64>,
+}
+
+impl CutRule {
+    /// Whole turns only: the last `keep_turns` stay verbatim, however long.
+    pub fn turns(keep_turns: usize) -> Self {
+        Self {
+            keep_turns,
+            keep_tokens: None,
+        }
+    }
+
+    /// The last `keep_turns` turns, or fewer tokens of steps than `keep_fraction` of `budget`.
+    pub fn for_budget(keep_turns: usize, keep_fraction: f64, budget: u64) -> Self {
+        Self {
+            keep_turns,
+            keep_tokens: Some((budget as f64 * keep_fraction.clamp(0.0, 1.0)) as u64),
+        }
+    }
+}
+
+/// Steps a cut inside a turn keeps verbatim whatever their size: the working set the next
+/// action continues from.
+pub const MIN_KEPT_STEPS: usize = 4;
+
+/// The cut of a branch: the index of the first event kept verbatim, so that the last
+/// `keep_turns` user turns stay raw — or, when they are longer than `keep_tokens`, the newest
+/// steps that fit — and no tool call is separated from its result (a call whose result is not
+/// before the cut moves the cut back to its request). `None` when nothing before `floor` (the
+/// previous compaction's cut) would be summarised.
+pub fn choose_cut(
+    events: &[&Event],
+    rule: CutRule,
+    floor: usize,
+    tokens: &dyn TokenCounter,
+) -> Option<usize> {
+    let by_turns = turn_cut(events, rule.keep_turns);
+    let by_steps = rule.keep_tokens.and_then(|k| step_cut(events, k, tokens));
+    let mut cut = by_turns.max(by_steps)?;
+    loop {
+        let split = split_calls(events, cut);
+        let Some(earliest) = split.iter().map(|(_, req)| *req).min() else {
+            break;
+        };
+        cut = earliest;
+    }
+    (cut > floor).then_some(cut)
+}
+
+/// The start of the last `keep_turns` user turns (the end with none kept).
+fn turn_cut(events: &[&Event], keep_turns: usize) -> Option<usize> {
     let prompts: Vec<usize> = events
         .iter()
         .enumerate()
@@ -480,18 +534,32 @@ pub fn choose_cut(events: &[&Event], keep_turns: usize, floor: usize) -> Option<
     if prompts.len() <= keep_turns {
         return None;
     }
-    let mut cut = prompts[prompts.len() - keep_turns.max(1)];
-    if keep_turns == 0 {
-        cut = events.len();
-    }
-    loop {
-        let split = split_calls(events, cut);
-        let Some(earliest) = split.iter().map(|(_, req)| *req).min() else {
+    Some(match keep_turns {
+        0 => events.len(),
+        n => prompts[prompts.len() - n],
+    })
+}
+
+/// The start of the oldest step (a model response and what follows it) among the newest ones
+/// whose raw tokens fit in `keep_tokens`, keeping at least [`MIN_KEPT_STEPS`]. `None` when that
+/// keeps every step.
+fn step_cut(events: &[&Event], keep_tokens: u64, tokens: &dyn TokenCounter) -> Option<usize> {
+    let is_step = |e: &Event| matches!(e.payload, Payload::ModelResponseReceived(_));
+    let mut kept_tokens = 0u64;
+    let mut kept_steps = 0;
+    let mut cut = None;
+    for (i, e) in events.iter().enumerate().rev() {
+        kept_tokens += event_tokens(e, tokens);
+        if !is_step(e) {
+            continue;
+        }
+        if kept_steps >= MIN_KEPT_STEPS && kept_tokens > keep_tokens {
             break;
-        };
-        cut = earliest;
+        }
+        kept_steps += 1;
+        cut = Some(i);
     }
-    (cut > floor).then_some(cut)
+    cut.filter(|&c| events[..c].iter().any(|e| is_step(e)))
 }
 
 /// Calls that `cut` would split: requested before it with no result before it, or answered
@@ -648,13 +716,13 @@ pub fn check(
 pub fn compact(
     events: &[Event],
     previous: Option<&CompactionRecord>,
-    keep_turns: usize,
+    rule: CutRule,
     summarizer: &dyn Summarizer,
     tokens: &dyn TokenCounter,
 ) -> Option<CompactionRecord> {
     let raw: Vec<&Event> = events.iter().filter(|e| !e.is_derived()).collect();
     let floor = floor_of(&raw, previous);
-    let cut = choose_cut(&raw, keep_turns, floor)?;
+    let cut = choose_cut(&raw, rule, floor, tokens)?;
     Some(compact_at(&raw, cut, previous, summarizer, tokens))
 }
 
@@ -795,7 +863,14 @@ mod tests {
     #[test]
     fn deterministic_compaction_keeps_what_matters_and_passes() {
         let events = session();
-        let r = compact(&events, None, 1, &DeterministicSummarizer, &O200k).unwrap();
+        let r = compact(
+            &events,
+            None,
+            CutRule::turns(1),
+            &DeterministicSummarizer,
+            &O200k,
+        )
+        .unwrap();
         assert!(r.succeeded(), "{:?}", r.check);
         assert_eq!(r.first_event_id, "e000");
         assert_eq!(r.first_kept_event_id, "e008");
@@ -809,7 +884,14 @@ mod tests {
         // Same input, same record.
         assert_eq!(
             r,
-            compact(&events, None, 1, &DeterministicSummarizer, &O200k).unwrap()
+            compact(
+                &events,
+                None,
+                CutRule::turns(1),
+                &DeterministicSummarizer,
+                &O200k
+            )
+            .unwrap()
         );
         let text = r.render();
         assert!(text.contains("src/tok.rs") && text.contains("UNRESOLVED"));
@@ -822,13 +904,140 @@ mod tests {
         let events = session();
         let raw: Vec<&Event> = events.iter().collect();
         // Keeping zero turns would cut after the pending call c3: moved back to its request.
-        let cut = choose_cut(&raw, 0, 0).unwrap();
+        let cut = choose_cut(&raw, CutRule::turns(0), 0, &O200k).unwrap();
         assert_eq!(raw[cut].event_id, "e009");
         // A cut between c2's request and result fails, and says why.
         let r = compact_at(&raw, 7, None, &DeterministicSummarizer, &O200k);
         assert!(!r.succeeded());
         assert_eq!(r.status, "failed");
         assert_eq!(r.check.split_tool_calls, vec!["c2"]);
+    }
+
+    /// One task, then `steps` tool calls with large outputs, a failing test and its fix, and a
+    /// pending call at the end: the shape of real agent work.
+    fn long_turn(steps: usize) -> Vec<Event> {
+        let mut v = Vec::new();
+        let mut push = |ty: &str, p: Value| {
+            let i = v.len();
+            v.push(ev(i, ty, p));
+        };
+        push(
+            "UserPromptSubmitted",
+            json!({"message_id": "u1", "text": "Make the parser accept trailing commas"}),
+        );
+        for n in 0..steps {
+            let call = format!("c{n}");
+            let command = if n % 10 == 3 {
+                "cargo test"
+            } else {
+                "cat src/parser.rs"
+            };
+            push(
+                "ModelResponseReceived",
+                json!({"message_id": format!("a{n}"), "text": "",
+                    "tool_calls": [{"tool_call_id": call, "name": "bash", "args": {"command": command}}]}),
+            );
+            if n + 1 == steps {
+                break; // pending
+            }
+            let failing = n == 13;
+            let output = if failing {
+                "test parser::trailing ... FAILED\nassertion failed: ok".to_owned()
+            } else {
+                format!("fn parse_{n}() {{}}\n").repeat(120)
+            };
+            push(
+                "ToolCallFinished",
+                json!({"tool_call_id": call, "output": output, "is_error": failing}),
+            );
+            if n == 20 {
+                push("FileWritten", json!({"path": "src/parser.rs"}));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn a_long_turn_is_cut_inside_keeping_its_newest_steps_and_its_pending_call() {
+        let events = long_turn(60);
+        let raw: Vec<&Event> = events.iter().collect();
+        // Whole turns only: one turn, nothing to compact.
+        assert!(choose_cut(&raw, CutRule::turns(1), 0, &O200k).is_none());
+        let rule = CutRule {
+            keep_turns: 1,
+            keep_tokens: Some(8_000),
+        };
+        let r = compact(&events, None, rule, &DeterministicSummarizer, &O200k).unwrap();
+        assert!(r.succeeded(), "{:?}", r.check);
+        let cut = raw
+            .iter()
+            .position(|e| e.event_id == r.first_kept_event_id)
+            .unwrap();
+        assert!(
+            matches!(raw[cut].payload, Payload::ModelResponseReceived(_)),
+            "a cut inside a turn falls at a step"
+        );
+        let kept: u64 = raw[cut..].iter().map(|e| event_tokens(e, &O200k)).sum();
+        let steps = raw[cut..]
+            .iter()
+            .filter(|e| matches!(e.payload, Payload::ModelResponseReceived(_)))
+            .count();
+        assert!(
+            kept <= 8_000 && steps >= MIN_KEPT_STEPS,
+            "{kept} tokens, {steps} steps"
+        );
+        assert!(
+            steps < 60 / 2,
+            "most of the turn is summarised: {steps} kept"
+        );
+        // The edit and the resolved failure are in the record; the pending call is after it.
+        assert_eq!(r.summary.files_modified, vec!["src/parser.rs"]);
+        assert_eq!(r.summary.errors.len(), 1);
+        assert!(r.summary.errors[0].resolved);
+        assert_eq!(
+            r.summary.current_task.as_deref(),
+            Some("Make the parser accept trailing commas")
+        );
+        assert!(r.check.split_tool_calls.is_empty());
+        // A small budget still keeps the working set.
+        let tiny = CutRule {
+            keep_turns: 1,
+            keep_tokens: Some(1),
+        };
+        let cut = choose_cut(&raw, tiny, 0, &O200k).unwrap();
+        let steps = raw[cut..]
+            .iter()
+            .filter(|e| matches!(e.payload, Payload::ModelResponseReceived(_)))
+            .count();
+        assert_eq!(steps, MIN_KEPT_STEPS);
+    }
+
+    #[test]
+    fn the_planner_compacts_a_single_long_turn_and_again_as_it_grows() {
+        let mut events = vec![ev(
+            0,
+            "SessionStarted",
+            json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 40_000,
+                "reserved_output_tokens": 4_000}),
+        )];
+        for mut e in long_turn(300) {
+            e.seq = Some(e.seq.unwrap() + 1);
+            e.event_id = format!("x{}", e.event_id);
+            events.push(e);
+        }
+        let mut planner = planner::Planner::new(planner::CompactorOptions::default());
+        let records: Vec<CompactionRecord> =
+            events.iter().filter_map(|e| planner.observe(e)).collect();
+        assert!(records.len() >= 2, "{} compactions", records.len());
+        for (i, r) in records.iter().enumerate() {
+            assert!(r.succeeded(), "{:?}", r.check);
+            if i > 0 {
+                assert_eq!(
+                    r.provenance.previous_compaction_id.as_deref(),
+                    Some(records[i - 1].compaction_id.as_str())
+                );
+            }
+        }
     }
 
     #[derive(Debug)]
@@ -861,7 +1070,7 @@ mod tests {
             (|s| s.errors.clear(), "unresolved errors dropped"),
         ];
         for (f, why) in cases {
-            let r = compact(&events, None, 1, &Forgetful(f), &O200k).unwrap();
+            let r = compact(&events, None, CutRule::turns(1), &Forgetful(f), &O200k).unwrap();
             assert!(!r.succeeded());
             assert!(
                 r.check.failures.iter().any(|x| x.contains(why)),
@@ -884,8 +1093,22 @@ mod tests {
             "UserPromptSubmitted",
             json!({"message_id": "u4", "text": "and now?"}),
         ));
-        let first = compact(&events[..10], None, 1, &DeterministicSummarizer, &O200k).unwrap();
-        let second = compact(&events, Some(&first), 1, &DeterministicSummarizer, &O200k).unwrap();
+        let first = compact(
+            &events[..10],
+            None,
+            CutRule::turns(1),
+            &DeterministicSummarizer,
+            &O200k,
+        )
+        .unwrap();
+        let second = compact(
+            &events,
+            Some(&first),
+            CutRule::turns(1),
+            &DeterministicSummarizer,
+            &O200k,
+        )
+        .unwrap();
         assert!(second.succeeded(), "{:?}", second.check);
         assert_eq!(second.first_event_id, "e000");
         assert_eq!(second.first_kept_event_id, "e011");
@@ -898,6 +1121,13 @@ mod tests {
             second.summary.files_read.is_empty()
                 || second.summary.files_read.contains(&"src/tok.rs".to_owned())
         );
-        assert!(compact(&events, Some(&second), 1, &DeterministicSummarizer, &O200k).is_none());
+        assert!(compact(
+            &events,
+            Some(&second),
+            CutRule::turns(1),
+            &DeterministicSummarizer,
+            &O200k
+        )
+        .is_none());
     }
 }

@@ -486,3 +486,95 @@ fn a_subagents_report_rehydrated_whole_in_its_step_is_not_sent_again_beside_it()
         .any(|s| s.kind == "subagent_result"));
     assert_eq!(text_of(&unread).matches("finding 119:").count(), 1);
 }
+
+/// A compaction whose cut falls inside the turn, at step `kept_from`.
+fn compacted_inside_the_turn(snapshot: &mut Snapshot, kept_from: u64) {
+    use strata_core::compaction::{
+        CompactionRecord, CompressionCheck, Provenance, Summary, SUMMARIZER_VERSION,
+    };
+    let kept_seq = 1 + kept_from * 2;
+    snapshot.compaction = Some(CompactionRecord {
+        compaction_id: "cmp_inside".into(),
+        tenant_id: "t".into(),
+        session_id: "s".into(),
+        branch_id: "main".into(),
+        status: "completed".into(),
+        first_event_id: "e1".into(),
+        last_event_id: format!("e{}", kept_seq - 2),
+        first_seq: 1,
+        last_seq: kept_seq - 2,
+        first_kept_event_id: format!("e{kept_seq}"),
+        first_kept_seq: kept_seq,
+        tokens_before: 200_000,
+        tokens_after: 300,
+        summary: Summary {
+            goal: Some("Fix the header parsing bug".into()),
+            files_modified: vec!["src/parser.py".into()],
+            next_steps: vec!["run the whole suite".into()],
+            ..Summary::default()
+        },
+        provenance: Provenance {
+            summarizer: SUMMARIZER_VERSION.into(),
+            previous_compaction_id: None,
+            source_event_ids: vec![],
+        },
+        check: CompressionCheck {
+            passed: true,
+            has_task: true,
+            has_next_steps: true,
+            ..CompressionCheck::default()
+        },
+    });
+}
+
+#[test]
+fn a_compaction_cut_inside_the_turn_keeps_the_request_verbatim_beside_its_summary() {
+    let request =
+        "Fix the header parsing bug in src/parser.py: non-ASCII headers come out garbled.";
+    for version in [
+        POLICY_VERSION_TURNS,
+        POLICY_VERSION_STEPS,
+        "strata.assembly/5",
+    ] {
+        let mut snapshot = long_turn();
+        compacted_inside_the_turn(&mut snapshot, 100);
+        let a = assemble(&snapshot, version);
+        let users: Vec<&str> = a
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                BundleMessage::User { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(users.first(), Some(&request), "{version}: {users:?}");
+        let text = text_of(&a);
+        assert!(
+            text.contains("cmp_inside"),
+            "{version}: the summary is sent"
+        );
+        // The steps before the cut are the summary's, those after it are candidates as before.
+        assert!(result_of(&a, "call-60").is_none(), "{version}");
+        assert!(
+            result_of(&a, &format!("call-{STEPS}")).is_some(),
+            "{version}"
+        );
+        let compacted = a
+            .assembly
+            .omitted_items
+            .iter()
+            .find(|o| o.kind == "compacted_range")
+            .expect("the range is recorded");
+        assert!(!compacted.source_event_ids.contains(&"e1".to_owned()));
+        assert!(compacted.source_event_ids.contains(&"e121".to_owned()));
+        let request_segment = a
+            .assembly
+            .included
+            .iter()
+            .find(|s| {
+                s.kind != "compaction_summary" && s.source_event_ids.contains(&"e1".to_owned())
+            })
+            .expect("the request is a segment");
+        assert_eq!(request_segment.rendering, "verbatim", "{version}");
+    }
+}

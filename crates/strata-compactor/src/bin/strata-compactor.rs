@@ -23,6 +23,10 @@ struct Opts {
     /// User turns kept verbatim after a compaction's cut.
     #[arg(long, env = "STRATA_COMPACT_KEEP_TURNS", default_value_t = 2)]
     keep_turns: usize,
+    /// When the kept turns hold more than this fraction of the budget (a long turn of tool
+    /// use), the cut moves into the turn and keeps its newest steps that fit.
+    #[arg(long, env = "STRATA_COMPACT_KEEP_FRACTION", default_value_t = 0.25)]
+    keep_fraction: f64,
 }
 
 #[tokio::main]
@@ -40,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
     let mut planner = strata_compactor::Planner::new(strata_compactor::CompactorOptions {
         threshold: opts.threshold,
         keep_turns: opts.keep_turns,
+        keep_fraction: opts.keep_fraction,
     });
     let (stats, by_type) = service
         .run_worker(admin_routes(backends), |stop| async move {

@@ -147,8 +147,15 @@ fn compacted<'v>(
             summary: None,
         };
     };
-    let (old, live): (Vec<&TimelineMessage>, Vec<&TimelineMessage>) =
+    let (mut old, mut live): (Vec<&TimelineMessage>, Vec<&TimelineMessage>) =
         visible.iter().partition(|m| m.seq < c.first_kept_seq);
+    // A cut inside a turn (a long run of tool use, compacted while in progress) leaves the
+    // turn's request in the range: it stays verbatim, the task the kept steps carry on.
+    if live.first().is_some_and(|m| m.role != "user") {
+        if let Some(i) = old.iter().rposition(|m| m.role == "user") {
+            live.insert(0, old.remove(i));
+        }
+    }
     let calls = old
         .iter()
         .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str()))

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{compact, event_tokens, CompactionRecord, DeterministicSummarizer, Summarizer};
+use super::{
+    compact, event_tokens, CompactionRecord, CutRule, DeterministicSummarizer, Summarizer,
+};
 use crate::payload::Payload;
 use crate::tokens::O200k;
 use crate::{Event, MAIN_BRANCH};
@@ -21,6 +23,9 @@ pub struct CompactorOptions {
     pub threshold: f64,
     /// User turns kept verbatim after the cut.
     pub keep_turns: usize,
+    /// When those turns hold more raw tokens than this fraction of the budget (one long turn of
+    /// tool use), the cut moves into the turn and keeps its newest steps that fit.
+    pub keep_fraction: f64,
 }
 
 impl Default for CompactorOptions {
@@ -28,8 +33,33 @@ impl Default for CompactorOptions {
         Self {
             threshold: 0.6,
             keep_turns: 2,
+            keep_fraction: 0.25,
         }
     }
+}
+
+impl CompactorOptions {
+    /// Where a branch with `budget` tokens is cut.
+    pub fn cut_rule(&self, budget: u64) -> CutRule {
+        CutRule::for_budget(self.keep_turns, self.keep_fraction, budget)
+    }
+}
+
+/// The budget of a session's events: its `SessionStarted` window less the reserved output.
+pub fn budget_of<'e>(events: impl IntoIterator<Item = &'e Event>) -> u64 {
+    events
+        .into_iter()
+        .find_map(|e| match &e.payload {
+            Payload::SessionStarted(p) => Some(session_budget(p)),
+            _ => None,
+        })
+        .unwrap_or(DEFAULT_BUDGET)
+}
+
+fn session_budget(p: &crate::payload::SessionStarted) -> u64 {
+    u64::from(p.context_window_tokens)
+        .saturating_sub(p.reserved_output_tokens.into())
+        .max(1)
 }
 
 #[derive(Debug, Default)]
@@ -85,9 +115,7 @@ impl Planner {
             *last = seq;
         }
         if let Payload::SessionStarted(p) = &event.payload {
-            let budget =
-                u64::from(p.context_window_tokens).saturating_sub(p.reserved_output_tokens.into());
-            self.budgets.insert(key.clone(), budget.max(1));
+            self.budgets.insert(key.clone(), session_budget(p));
         }
         if let Payload::CompactionCompleted(p) = &event.payload {
             // A compaction on the log (ours, another instance's, or an explicit request's).
@@ -113,7 +141,7 @@ impl Planner {
         let record = compact(
             &b.events,
             b.previous.as_ref(),
-            self.options.keep_turns,
+            self.options.cut_rule(budget),
             self.summarizer.as_ref(),
             &self.tokens,
         );
