@@ -1028,7 +1028,7 @@ fn open_call(
         return None;
     }
     let args = serde_json::to_string(args).unwrap_or_default();
-    let call_tokens = tokens.count(name) + tokens.count(&args) + MESSAGE_OVERHEAD_TOKENS;
+    let call_tokens = crate::tokens::tool_call_tokens(name, &args, tokens);
     fold.open_tool_calls.insert(
         tool_call_id.to_owned(),
         OpenToolCall {

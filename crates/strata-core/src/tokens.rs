@@ -29,6 +29,18 @@ pub const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
 /// Tokens that prime the reply.
 pub const REPLY_PRIMING_TOKENS: u64 = 3;
 
+/// Tokens of one message of `text`: the text and its framing. The projection counts the
+/// transcript with this and [`tool_call_tokens`], the assembler its context, and `strata eval` its
+/// baselines, so that the same messages cost the same everywhere.
+pub fn message_tokens(text: &str, counter: &dyn TokenCounter) -> u64 {
+    counter.count(text) + MESSAGE_OVERHEAD_TOKENS
+}
+
+/// Tokens of one tool call as a provider is sent it: its name, its JSON arguments and framing.
+pub fn tool_call_tokens(name: &str, args_json: &str, counter: &dyn TokenCounter) -> u64 {
+    counter.count(name) + counter.count(args_json) + MESSAGE_OVERHEAD_TOKENS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

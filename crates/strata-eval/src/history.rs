@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 
 use serde::Serialize;
-use strata_core::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
+use strata_core::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS};
 
 use crate::refs::{terms, RefKind, Reference};
 
@@ -184,12 +184,15 @@ impl History {
     /// The baselines at this point; `truncate_to` is the size newest-message truncation must
     /// fit (Strata's context, for a comparison at the same size).
     pub fn baselines(&self, last_n: usize, truncate_to: u64) -> Baselines {
+        // Every request primes the reply, as the assembler counts its own.
+        let priming = REPLY_PRIMING_TOKENS;
         let fixed: u64 = self
             .items
             .iter()
             .filter(|i| matches!(i.role, Role::System | Role::Tools))
             .map(|i| i.tokens)
-            .sum();
+            .sum::<u64>()
+            + priming;
         // Last-N: outputs before the N newest become a placeholder.
         let last_n_from = self.tool_items.len().checked_sub(last_n).map_or(0, |k| {
             self.tool_items.get(k).map_or(usize::MAX, |&i| i as usize)
@@ -224,10 +227,14 @@ impl History {
         }
         let floor = self.floor_items();
         Baselines {
-            transcript_tokens: self.total_tokens,
-            last_n_tokens: self.total_tokens - elided,
+            transcript_tokens: self.total_tokens + priming,
+            last_n_tokens: self.total_tokens - elided + priming,
             truncated_tokens: used,
-            floor_tokens: floor.iter().map(|&i| self.items[i as usize].tokens).sum(),
+            floor_tokens: floor
+                .iter()
+                .map(|&i| self.items[i as usize].tokens)
+                .sum::<u64>()
+                + priming,
             last_n_from,
             truncated_from,
             floor,
@@ -328,7 +335,7 @@ mod tests {
         let b = h.baselines(5, 40);
         assert_eq!(
             b.transcript_tokens,
-            h.items.iter().map(|i| i.tokens).sum::<u64>()
+            h.items.iter().map(|i| i.tokens).sum::<u64>() + REPLY_PRIMING_TOKENS
         );
         assert!(b.last_n_tokens < b.transcript_tokens);
         assert!(b.truncated_tokens <= 40);
@@ -363,8 +370,10 @@ mod tests {
             if let Some(first) = h.items.get(b.truncated_from) {
                 assert_ne!(first.role, Role::Tool, "budget {budget}");
             }
-            // Over the budget only when the system prompt alone is (8 words and framing).
-            assert!(b.truncated_tokens <= budget.max(8), "budget {budget}");
+            // Over the budget only when the system prompt alone is (8 words and framing, and
+            // the reply's priming).
+            let fixed = 8 + REPLY_PRIMING_TOKENS;
+            assert!(b.truncated_tokens <= budget.max(fixed), "budget {budget}");
         }
     }
 }

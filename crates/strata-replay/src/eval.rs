@@ -533,14 +533,16 @@ impl Histories {
                 );
             }
             if let Some(tools) = p.tools.as_ref().filter(|t| !t.is_empty()) {
-                history.push(
+                // Looked up in their text, counted as the projection counts them (as JSON).
+                let count = O200k.count(&serde_json::to_string(tools).unwrap_or_default());
+                history.push_counted(
                     Role::Tools,
                     &event.event_id,
                     seq,
                     tools_text(tools),
                     None,
                     None,
-                    &O200k,
+                    count,
                 );
             }
             return;
@@ -549,9 +551,8 @@ impl Histories {
             return;
         };
         let tool = call.as_ref().and_then(|c| self.tool_names.get(c).cloned());
-        let sent = sent_text(event);
-        let count = O200k.count(sent.as_deref().unwrap_or(&text))
-            + strata_core::tokens::MESSAGE_OVERHEAD_TOKENS;
+        let count = sent_tokens(event)
+            .unwrap_or_else(|| strata_core::tokens::message_tokens(&text, &O200k));
         self.branch(&event.branch_id).push_counted(
             role,
             &event.event_id,
@@ -601,29 +602,24 @@ impl Histories {
     }
 }
 
-/// A model response as a provider is sent it when the transcript is replayed: its text, and
-/// each call's name and JSON arguments (`None` for every other event: sent as looked up).
-fn sent_text(event: &Event) -> Option<String> {
-    let calls: Vec<(&str, String)> = match &event.payload {
-        Payload::ModelResponseReceived(p) => p
-            .tool_calls
-            .iter()
-            .map(|c| (c.name.as_str(), c.args.to_string()))
-            .collect(),
-        Payload::ToolCallRequested(p) => vec![(p.name.as_str(), p.args.to_string())],
-        _ => return None,
-    };
-    let mut text = match &event.payload {
-        Payload::ModelResponseReceived(p) => p.text.clone(),
-        _ => String::new(),
-    };
-    for (name, args) in calls {
-        text.push('\n');
-        text.push_str(name);
-        text.push('\n');
-        text.push_str(&args);
+/// The tokens of a model response as a provider is sent it when the transcript is replayed —
+/// its text, and each call's name and JSON arguments — counted as the projection counts them
+/// (`None` for every other event: counted as looked up).
+fn sent_tokens(event: &Event) -> Option<u64> {
+    use strata_core::tokens::{message_tokens, tool_call_tokens};
+    let call =
+        |name: &str, args: &serde_json::Value| tool_call_tokens(name, &args.to_string(), &O200k);
+    match &event.payload {
+        Payload::ModelResponseReceived(p) => Some(
+            message_tokens(&p.text, &O200k)
+                + p.tool_calls
+                    .iter()
+                    .map(|c| call(&c.name, &c.args))
+                    .sum::<u64>(),
+        ),
+        Payload::ToolCallRequested(p) => Some(call(&p.name, &p.args)),
+        _ => None,
     }
-    Some(text)
 }
 
 fn tools_text(tools: &[ToolSpec]) -> String {
@@ -711,12 +707,15 @@ mod tests {
         .expect("valid event");
         let mut histories = Histories::default();
         histories.remember(&event, None);
-        let sent = sent_text(&event).expect("a response is sent");
-        assert!(sent.contains(r#""path":"run_me.sh""#), "{sent}");
+        // As the projection counts it, and the reply's priming: a context that sends the
+        // transcript whole costs what the transcript costs.
+        let args = serde_json::json!({"path": "run_me.sh", "content": script}).to_string();
         let tokens = histories.branch("main").baselines(5, 0).transcript_tokens;
         assert_eq!(
             tokens,
-            O200k.count(&sent) + strata_core::tokens::MESSAGE_OVERHEAD_TOKENS
+            strata_core::tokens::message_tokens("Writing it.", &O200k)
+                + strata_core::tokens::tool_call_tokens("write_file", &args, &O200k)
+                + strata_core::tokens::REPLY_PRIMING_TOKENS
         );
         // Escaped JSON costs more than the values it carries.
         let values = O200k.count(&format!("Writing it.\nwrite_file\nrun_me.sh\n{script}\n"));
