@@ -22,8 +22,8 @@ pub(crate) async fn run(
     strata_projector::catch_up(backends).await?;
     let Some(record) = record else {
         println!(
-            "nothing to compact: fewer than {} user turns after the last compaction",
-            keep_turns + 1
+            "nothing to compact: the last {keep_turns} user turn(s) and the newest steps \
+             hold everything after the last compaction"
         );
         return Ok(());
     };

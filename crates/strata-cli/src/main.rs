@@ -156,7 +156,8 @@ enum Command {
         tenant: Option<String>,
         #[arg(long, default_value = strata_core::MAIN_BRANCH)]
         branch: String,
-        /// User turns kept verbatim after the cut.
+        /// User turns kept verbatim after the cut (when they hold more than a quarter of the
+        /// session's budget, the cut falls inside them, after the newest steps that fit).
         #[arg(long, default_value_t = 2)]
         keep_turns: usize,
         /// Print the record as JSON.

@@ -189,6 +189,83 @@ fn rebuild_under_running_services(
     );
 }
 
+/// `POST /v1/sessions/{id}/compact` served by the `strata-assembler` service on the shared
+/// backends, with a key made by `strata keys create`: the record comes back once the projector
+/// service has it, and the next context is built on it.
+fn compaction_over_http(data_dir: &Path, backends: &[(&str, String)], tenant: &str) {
+    let out = strata(
+        data_dir,
+        backends,
+        &["keys", "create", "--tenant", tenant, "--label", "e2e"],
+    );
+    let key = String::from_utf8(out.stdout).expect("utf-8 key");
+    let key = key.trim();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("free port")
+        .local_addr()
+        .expect("address")
+        .port();
+    let binary = Path::new(env!("CARGO_BIN_EXE_strata")).with_file_name("strata-assembler");
+    let mut cmd = Command::new(binary);
+    cmd.env("STRATA_DATA_DIR", data_dir);
+    for (k, v) in backends {
+        cmd.env(k, v);
+    }
+    let mut assembler = Services(vec![cmd
+        .env("STRATA_LISTEN", format!("127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run strata-assembler")]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (status, record) = loop {
+        match http_post(port, key, "/v1/sessions/s1/compact", r#"{"keep_turns": 1}"#) {
+            Some((503, _)) | None if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Some(answer) => break answer,
+            None => panic!("strata-assembler never answered on {port}"),
+        }
+    };
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(record["tenant_id"], tenant);
+    // The first turn is summarised; the record is projected, so the next context stands on it.
+    let (status, context) =
+        http_post(port, key, "/v1/sessions/s1/context", "{}").expect("the context");
+    assert_eq!(status, 200, "{context}");
+    let kinds: Vec<&str> = context["assembly"]["included"]
+        .as_array()
+        .expect("segments")
+        .iter()
+        .filter_map(|s| s["kind"].as_str())
+        .collect();
+    assert!(kinds.contains(&"compaction_summary"), "{kinds:?}");
+    // A key the store does not know is refused.
+    let (status, _) =
+        http_post(port, "sk_nobody", "/v1/sessions/s1/compact", "").expect("an answer");
+    assert_eq!(status, 401);
+    stop(&mut assembler.0[0]);
+}
+
+/// One HTTP/1.1 POST on loopback: the status and the JSON body (`None` when nothing listens).
+fn http_post(port: u16, key: &str, path: &str, body: &str) -> Option<(u16, Value)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).ok()?;
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer.split(' ').nth(1)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
 fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -324,6 +401,7 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
         };
         if services.is_some() {
             rebuild_under_running_services(data_dir, &backends, &tenant, &v);
+            compaction_over_http(data_dir, &backends, &tenant);
         }
         contexts.push(v);
         drop(services);

@@ -1,4 +1,6 @@
-//! `strata-assembler`: serves context bundles and the read API.
+//! `strata-assembler`: serves context bundles, the read API and explicit compactions
+//! (`POST /v1/sessions/{id}/compact`: the record is appended through this process's ingest and
+//! answered once the projector has it, as under `strata dev`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,6 +47,7 @@ async fn main() -> anyhow::Result<()> {
             ..IngestOptions::default()
         },
     ));
+    let compaction = strata_compactor::http::routes(backends.clone(), ingestor.clone());
     let assembler = Assembler::new(
         backends,
         ingestor,
@@ -55,7 +58,7 @@ async fn main() -> anyhow::Result<()> {
         }),
     );
     service
-        .serve(http::routes(assembler))
+        .serve(http::routes(assembler).merge(compaction))
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
     Ok(())
