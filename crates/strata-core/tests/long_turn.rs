@@ -578,3 +578,78 @@ fn a_compaction_cut_inside_the_turn_keeps_the_request_verbatim_beside_its_summar
         assert_eq!(request_segment.rendering, "verbatim", "{version}");
     }
 }
+
+/// A conversation of many short turns: a request, one call, and an answer that ends with a
+/// name the next turns may come back to.
+fn conversation(turns: u64) -> Snapshot {
+    let mut messages = Vec::new();
+    let mut seq = 0;
+    let mut next = || {
+        seq += 1;
+        seq
+    };
+    for t in 0..turns {
+        let ask = format!(
+            "{} Now look at part {t}.",
+            "Context of the request. ".repeat(8)
+        );
+        messages.push(message(next(), "user", &ask, vec![]));
+        let s = next();
+        let args = json!({"command": format!("grep -n part_{t} src/")});
+        let out = format!("src/part_{t}.rs:{t}: fn part_{t}() {{}}");
+        messages.push(message(
+            s,
+            "assistant",
+            "Searching.",
+            vec![pair(&format!("c{t}"), s, "bash", &args, Some(&out), None)],
+        ));
+        let answer = format!(
+            "{} The culprit is `answer_marker_{t}`.",
+            "I read the matches and compared them with the request. ".repeat(4)
+        );
+        messages.push(message(next(), "assistant", &answer, vec![]));
+    }
+    let head = seq;
+    serde_json::from_value(json!({
+        "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": "agent",
+        "head_seq": head, "model": "gpt-4o", "context_window_tokens": 400_000,
+        "reserved_output_tokens": 8000, "system_prompt": "You are a coding agent.",
+        "system_prompt_tokens": 6, "session_started_event_id": "start", "tools": [],
+        "tools_tokens": 0, "state": serde_json::to_value(AgentState::default()).unwrap(),
+        "messages": messages, "messages_before_window": 0, "loose_tool_calls": [],
+        "transcript_tokens": 0, "orphan_results": 0
+    }))
+    .unwrap()
+}
+
+#[test]
+fn policy_6_keeps_what_was_said_in_digested_turns_and_5_digests_it() {
+    let snapshot = conversation(10);
+    let v5 = assemble(&snapshot, "strata.assembly/5");
+    let v6 = assemble(&snapshot, "strata.assembly/6");
+    assert_eq!(v6.assembly.policy_version, "strata.assembly/6");
+    let (t5, t6) = (text_of(&v5), text_of(&v6));
+    // The oldest turn is a digest under both; under 6 its answer and request go whole.
+    assert!(
+        !t5.contains("answer_marker_0"),
+        "5 cuts the answer to a line"
+    );
+    assert!(t6.contains("answer_marker_0"), "6 keeps the answer");
+    assert!(t6.contains("Now look at part 0."), "6 keeps the request");
+    // The steps between them are still a line each, with what they found.
+    assert!(t6.contains("src/part_0.rs"));
+    assert!(v6.assembly.context_tokens > v5.assembly.context_tokens);
+    let digest = v6
+        .assembly
+        .included
+        .iter()
+        .find(|s| s.kind == "turn_digest")
+        .expect("a digested turn");
+    assert!(
+        digest.reason.contains("closing answer whole"),
+        "{}",
+        digest.reason
+    );
+    // Deterministic, as every policy.
+    assert_eq!(text_of(&assemble(&snapshot, "strata.assembly/6")), t6);
+}

@@ -484,7 +484,15 @@ impl<'v> Turns<'v> {
         let mut messages = Vec::new();
         let mut sources = Vec::new();
         let mut tokens = 0;
-        for m in turn {
+        let answer = turn
+            .iter()
+            .rposition(|m| m.role == "assistant" && m.tool_calls.is_empty());
+        for (i, m) in turn.iter().enumerate() {
+            let said = mode == Rendering::Digest
+                && cx.policy.said_in_digests
+                && (m.role == "user" || Some(i) == answer)
+                && m.text.chars().count() <= super::SAID_IN_DIGEST_MAX_CHARS;
+            let mode = if said { Rendering::Older } else { mode };
             let (msgs, src, mt) = render_message(m, mode, cx.notes, cx.gate, cx.aging, cx.tokens);
             messages.extend(msgs);
             sources.extend(src);
@@ -499,6 +507,10 @@ impl<'v> Turns<'v> {
                     age + 1,
                     self.verbatim_turns
                 )
+            } else if cx.policy.said_in_digests {
+                "older turn, digested: its requests and closing answer whole, one line per other \
+                 step with previews and artifact refs"
+                    .into()
             } else {
                 "older turn, digested: one line per step with previews and artifact refs".into()
             },

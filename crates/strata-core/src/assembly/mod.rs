@@ -41,9 +41,9 @@ pub use rehydration::{rehydration_plan, rehydration_plan_with_policy};
 pub use render::preview;
 use render::{data_message, is_salient};
 
-/// Version of the default assembly policy ([`POLICY_VERSION_ANSWERED`]); every assembly records
+/// Version of the default assembly policy ([`POLICY_VERSION_SAID`]); every assembly records
 /// its policy's version, part of its identity.
-pub const POLICY_VERSION: &str = POLICY_VERSION_ANSWERED;
+pub const POLICY_VERSION: &str = POLICY_VERSION_SAID;
 /// The policy that compresses completed turns and sends the current turn verbatim while the
 /// budget allows (the default until `strata.assembly/5`; selectable for replays and eval).
 pub const POLICY_VERSION_TURNS: &str = "strata.assembly/3";
@@ -69,8 +69,17 @@ pub const POLICY_VERSION_STEPS_WIDE: &str = "strata.assembly/4-wide";
 /// turn goes (long results by their memory or salient lines) and older steps with each result
 /// by its tool memory where one exists, else by its evidence lines. Measured on public
 /// trajectories: as small as [`POLICY_VERSION_TURNS`] with a point more recall, and the
-/// scenario suite's reduction unchanged (`docs/BENCHMARKS.md`). The default.
+/// scenario suite's reduction unchanged (`docs/BENCHMARKS.md`). The default before
+/// [`POLICY_VERSION_SAID`].
 pub const POLICY_VERSION_ANSWERED: &str = "strata.assembly/5";
+/// [`POLICY_VERSION_ANSWERED`] with the words of older turns kept: a digested turn's requests
+/// and the answer that closed it (its last message with no call) go whole up to
+/// [`SAID_IN_DIGEST_MAX_CHARS`], the steps between them a line each. In conversations of many
+/// short turns, what the user and the model said is what later turns name. The default.
+pub const POLICY_VERSION_SAID: &str = "strata.assembly/6";
+/// Under [`POLICY_VERSION_SAID`], what was said in a digested turn goes whole up to this many
+/// characters (a longer message is digested like the rest).
+pub const SAID_IN_DIGEST_MAX_CHARS: usize = 2_000;
 /// Steps of the current turn kept verbatim under [`POLICY_VERSION_STEPS`] (SWE-agent's
 /// default for its last-N-observations processor is 5 too).
 pub const AGED_STEPS_AFTER: usize = 5;
@@ -101,16 +110,17 @@ pub struct AssemblyPolicy {
     pub digest_older_turns: bool,
     /// Under aging, whether a completed turn goes as answered ([`POLICY_VERSION_ANSWERED`]).
     pub answered_turns: bool,
+    /// Whether a digested turn keeps its requests and closing answer whole
+    /// ([`POLICY_VERSION_SAID`]).
+    pub said_in_digests: bool,
 }
 
 impl Default for AssemblyPolicy {
     fn default() -> Self {
         AssemblyPolicy {
-            version: POLICY_VERSION_ANSWERED,
-            aged_steps_after: Some(AGED_STEPS_AFTER),
-            verbatim_step_tokens: VERBATIM_STEP_TOKENS,
-            answered_turns: true,
-            ..AssemblyPolicy::TURNS
+            version: POLICY_VERSION_SAID,
+            said_in_digests: true,
+            ..AssemblyPolicy::ANSWERED
         }
     }
 }
@@ -126,12 +136,23 @@ impl AssemblyPolicy {
         verbatim_step_tokens: 0,
         digest_older_turns: true,
         answered_turns: false,
+        said_in_digests: false,
+    };
+
+    /// Policy 5 ([`POLICY_VERSION_ANSWERED`]).
+    pub const ANSWERED: AssemblyPolicy = AssemblyPolicy {
+        version: POLICY_VERSION_ANSWERED,
+        aged_steps_after: Some(AGED_STEPS_AFTER),
+        verbatim_step_tokens: VERBATIM_STEP_TOKENS,
+        answered_turns: true,
+        ..AssemblyPolicy::TURNS
     };
 
     /// Every known policy, default first.
-    pub fn all() -> [AssemblyPolicy; 5] {
+    pub fn all() -> [AssemblyPolicy; 6] {
         [
             AssemblyPolicy::default(),
+            AssemblyPolicy::ANSWERED,
             AssemblyPolicy::TURNS,
             AssemblyPolicy {
                 version: POLICY_VERSION_TIGHT,
@@ -142,6 +163,7 @@ impl AssemblyPolicy {
                 verbatim_step_tokens: 0,
                 digest_older_turns: true,
                 answered_turns: false,
+                said_in_digests: false,
             },
             AssemblyPolicy {
                 version: POLICY_VERSION_STEPS,
