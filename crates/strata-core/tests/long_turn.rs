@@ -596,7 +596,8 @@ fn conversation(turns: u64) -> Snapshot {
         messages.push(message(next(), "user", &ask, vec![]));
         let s = next();
         let args = json!({"command": format!("grep -n part_{t} src/")});
-        let out = format!("src/part_{t}.rs:{t}: fn part_{t}() {{}}");
+        // Large enough that the working set is the newest five steps.
+        let out = format!("src/part_{t}.rs:{t}: fn part_{t}() {{}}\n").repeat(300);
         messages.push(message(
             s,
             "assistant",
@@ -652,4 +653,48 @@ fn policy_6_keeps_what_was_said_in_digested_turns_and_5_digests_it() {
     );
     // Deterministic, as every policy.
     assert_eq!(text_of(&assemble(&snapshot, "strata.assembly/6")), t6);
+}
+
+#[test]
+fn policy_6_digests_no_step_of_the_working_set_however_short_its_turns() {
+    // Ten turns of one step each: the newest five steps span five turns, two more than the
+    // request's three verbatim turns.
+    let mut messages = Vec::new();
+    for t in 0..10u64 {
+        let seq = 1 + t * 2;
+        messages.push(message(seq, "user", &format!("Check part {t}."), vec![]));
+        let args = json!({"command": format!("cat src/part_{t}.rs")});
+        let out = format!("fn part_{t}() {{}}\n").repeat(300);
+        messages.push(message(
+            seq + 1,
+            "assistant",
+            "Reading.",
+            vec![pair(
+                &format!("c{t}"),
+                seq + 1,
+                "bash",
+                &args,
+                Some(&out),
+                None,
+            )],
+        ));
+    }
+    let mut snapshot = conversation(1);
+    snapshot.messages = serde_json::from_value(Value::Array(messages)).unwrap();
+    snapshot.head_seq = 20;
+    let kind_of = |a: &Assembled, event: &str| {
+        a.assembly
+            .included
+            .iter()
+            .find(|s| s.source_event_ids.iter().any(|e| e == event))
+            .map(|s| s.kind.clone())
+    };
+    // The fifth-newest step (turn 5, seq 12) is in the working set.
+    let v5 = assemble(&snapshot, "strata.assembly/5");
+    let v6 = assemble(&snapshot, "strata.assembly/6");
+    assert_eq!(kind_of(&v5, "e12").as_deref(), Some("turn_digest"));
+    assert_ne!(kind_of(&v6, "e12").as_deref(), Some("turn_digest"));
+    assert!(kind_of(&v6, "e12").is_some());
+    // Older steps are digested under both.
+    assert_eq!(kind_of(&v6, "e4").as_deref(), Some("turn_digest"));
 }

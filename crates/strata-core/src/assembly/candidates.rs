@@ -372,7 +372,7 @@ impl<'v> Turns<'v> {
         }
         let current = turns.pop().unwrap_or_default();
         let newest_first = || turns.iter().flatten().chain(current.iter()).rev();
-        let step_ages = newest_first()
+        let step_ages: BTreeMap<u64, usize> = newest_first()
             .filter(|m| is_step(m))
             .enumerate()
             .map(|(age, m)| (m.seq, age))
@@ -386,6 +386,19 @@ impl<'v> Turns<'v> {
         let verbatim_count = match keep {
             Some(_) if !policy.digest_older_turns => turns.len(),
             _ => cx.request.verbatim_turns.min(turns.len()),
+        };
+        // Under policy 6 no step of the working set is digested, however short its turns.
+        let verbatim_count = match keep.filter(|_| policy.said_in_digests) {
+            Some(keep) => verbatim_count.max(
+                turns
+                    .iter()
+                    .take_while(|t| {
+                        t.iter()
+                            .any(|m| is_step(m) && step_ages.get(&m.seq).is_some_and(|&a| a < keep))
+                    })
+                    .count(),
+            ),
+            None => verbatim_count,
         };
         Turns {
             completed: turns,

@@ -72,10 +72,11 @@ pub const POLICY_VERSION_STEPS_WIDE: &str = "strata.assembly/4-wide";
 /// scenario suite's reduction unchanged (`docs/BENCHMARKS.md`). The default before
 /// [`POLICY_VERSION_SAID`].
 pub const POLICY_VERSION_ANSWERED: &str = "strata.assembly/5";
-/// [`POLICY_VERSION_ANSWERED`] with the words of older turns kept: a digested turn's requests
-/// and the answer that closed it (its last message with no call) go whole up to
-/// [`SAID_IN_DIGEST_MAX_CHARS`], the steps between them a line each. In conversations of many
-/// short turns, what the user and the model said is what later turns name. The default.
+/// [`POLICY_VERSION_ANSWERED`] for conversations of many short turns: no turn holding a step of
+/// the working set is digested (it is aged like the recent turns), and a digested turn's
+/// requests and the answer that closed it (its last message with no call) go whole up to
+/// [`SAID_IN_DIGEST_MAX_CHARS`], the steps between them a line each — what the user and the
+/// model said is what later turns name. The default.
 pub const POLICY_VERSION_SAID: &str = "strata.assembly/6";
 /// Under [`POLICY_VERSION_SAID`], what was said in a digested turn goes whole up to this many
 /// characters (a longer message is digested like the rest).
