@@ -13,6 +13,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,7 +81,9 @@ def _wait_ready(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
     raise RuntimeError(f"strata dev not ready within {STARTUP_TIMEOUT} s:\n{log.read_text()}")
 
 
-def _start(binary: Path, data_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start(
+    binary: Path, data_dir: Path, log: Path, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], str]:
     # A port found free may be taken before the server binds it: try a few.
     for _ in range(3):
         port = _free_port()
@@ -99,7 +102,7 @@ def _start(binary: Path, data_dir: Path, log: Path) -> tuple[subprocess.Popen[by
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=_server_env(),
+                env=env,
             )
         try:
             _wait_ready(process, url, log)
@@ -120,10 +123,10 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@contextmanager
+def running_server(root: Path, settings: dict[str, str] | None = None) -> Iterator[Server]:
+    """A `strata dev` in `root` with `settings` (STRATA_* variables) on top of the defaults."""
     binary = _binary()
-    root = tmp_path_factory.mktemp("strata")
     data_dir = root / "data"
     # Made before `strata dev` starts: the embedded backends serve one process at a time.
     other_key = subprocess.run(
@@ -134,12 +137,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         env=_server_env(),
     ).stdout.strip()
     log = root / "strata-dev.log"
-    process, url = _start(binary, data_dir, log)
+    process, url = _start(binary, data_dir, log, {**_server_env(), **(settings or {})})
     try:
         api_key = (data_dir / "dev-api-key").read_text().strip()
         yield Server(url=url, api_key=api_key, other_api_key=other_key, data_dir=data_dir, log=log)
     finally:
         _stop(process)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with running_server(tmp_path_factory.mktemp("strata")) as s:
+        yield s
 
 
 @pytest.fixture

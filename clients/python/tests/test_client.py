@@ -467,14 +467,28 @@ class TestErrors:
 
     def test_server_side_bad_request(self, client: strata.Client, session_id: str) -> None:
         b = strata.EventBuilder(session_id)
+        client.append([b.user_prompt("hi")])
+        eventually(lambda: client.state(session_id), lambda s: s.head_seq >= 1)
+
+        # A bidi override makes two branch names that print alike differ: the server refuses it.
+        with pytest.raises(strata.BadRequest) as caught:
+            client.context(session_id, branch="main\u202e")
+
+        assert caught.value.code == "bad_request" and "branch" in caught.value.message
+
+    def test_compacting_a_branch_the_session_lacks_is_not_found(
+        self, client: strata.Client, session_id: str
+    ) -> None:
+        b = strata.EventBuilder(session_id)
         client.append([b.user_prompt("hi"), b.fork("alt", "whatever")])
         # Compaction reads the projections, which trail the append.
         eventually(lambda: client.state(session_id), lambda s: s.head_seq >= 2)
 
-        with pytest.raises(strata.BadRequest) as caught:
-            client.compact(session_id, branch="alt")
+        assert client.compact(session_id, branch="alt") is None, "nothing to compact yet"
+        with pytest.raises(strata.NotFound) as caught:
+            client.compact(session_id, branch="nope")
 
-        assert caught.value.code == "bad_request" and "forked" in caught.value.message
+        assert "nope" in caught.value.message
 
     def test_client_side_validation_of_context_arguments(self, client: strata.Client) -> None:
         with pytest.raises(ValueError, match="provider"):

@@ -234,7 +234,8 @@ class TestRequests:
         assert wire_fields(ContextRequest) == set(schema["properties"])
         assert schema["additionalProperties"] is False
         assert ContextRequest.model_config.get("extra") == "forbid"
-        assert list(get_args(Provider)) == schema["properties"]["provider"]["enum"]
+        # null is the server's default provider, as an absent field is.
+        assert [*get_args(Provider), None] == schema["properties"]["provider"]["enum"]
         for field in ("budget", "target_tokens"):
             minimum = schema["properties"][field]["minimum"]
             ContextRequest.model_validate({field: minimum})

@@ -83,8 +83,8 @@ fn explicit_compaction_is_recorded_used_and_replaces_no_raw_event() {
     }
     assert!(exported.contains("CompactionCompleted"));
 
-    // A forked branch is refused, clearly.
+    // A branch the session does not have is refused, by name.
     let out = strata(&data, &["compact", "s", "--tenant", "t", "--branch", "b1"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("forked branches"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(r#"has no branch "b1""#));
 }

@@ -96,7 +96,7 @@ async fn compact(
             StatusCode::OK,
             Json(json!({"status": "nothing_to_compact"})),
         )),
-        Err(e @ crate::Error::Invalid(_)) => Err(ApiError::bad_request(e.to_string())),
+        Err(e @ crate::Error::NotFound(_)) => Err(ApiError::not_found(e.to_string())),
         Err(e) => Err(ApiError::internal(&e)),
     }
 }

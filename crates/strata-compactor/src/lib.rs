@@ -8,7 +8,8 @@
 //! An explicit request (`strata compact SESSION`, `POST /v1/sessions/{id}/compact`) runs
 //! [`compact_session`], which reads the session's events from the projections.
 //!
-//! Compaction covers the `main` branch; forked branches are not compacted in this version.
+//! The service compacts the `main` branch as it grows; a forked branch is compacted when asked
+//! (its history is its ancestors' events up to the fork point and its own).
 
 pub mod http;
 pub mod scenario;
@@ -20,8 +21,9 @@ pub use strata_core::compaction::planner::{
 };
 use strata_core::compaction::{compact, CompactionRecord, DeterministicSummarizer};
 use strata_core::payload::Payload;
+use strata_core::projection::lineage_contains;
 use strata_core::tokens::{O200k, TokenCounter};
-use strata_core::{Event, MAIN_BRANCH};
+use strata_core::Event;
 use strata_ingest::derive::{run_deriving, run_deriving_until_caught_up, DeriveError};
 use strata_ingest::{Ingestor, Publisher};
 use strata_runtime::follow::{CountsByType, FollowStats};
@@ -41,9 +43,9 @@ pub enum Error {
     /// A compaction could not be appended.
     #[error("appending the compaction failed: {0}")]
     Append(String),
-    /// The request cannot be served.
+    /// The session or branch is not known.
     #[error("{0}")]
-    Invalid(String),
+    NotFound(String),
 }
 
 impl From<DeriveError> for Error {
@@ -158,10 +160,11 @@ pub async fn session_events(
 }
 
 /// An explicit compaction of a session's branch (`strata compact`, `POST .../compact`): reads
-/// its events from the projections, compacts after the latest successful compaction (keeping
-/// `keep_turns` user turns, or, when they are long, the newest steps that fit in the compactor's
-/// default share of the session's budget), appends the record (successful or failed) and
-/// returns it. `None` when there is nothing to compact.
+/// the branch's history from the projections (a fork's includes its ancestors' events up to the
+/// fork point), compacts after the branch's latest successful compaction (keeping `keep_turns`
+/// user turns, or, when they are long, the newest steps that fit in the compactor's default
+/// share of the session's budget), appends the record (successful or failed) and returns it.
+/// `None` when there is nothing to compact.
 pub async fn compact_session(
     backends: &Backends,
     ingestor: &Ingestor,
@@ -170,15 +173,20 @@ pub async fn compact_session(
     branch: &str,
     keep_turns: usize,
 ) -> Result<Option<CompactionRecord>, Error> {
-    if branch != MAIN_BRANCH {
-        return Err(Error::Invalid(
-            "compaction of forked branches is not supported yet".into(),
-        ));
-    }
+    let lineage = backends
+        .store
+        .session_fold(tenant, session)
+        .await?
+        .and_then(|fold| fold.lineage(branch))
+        .ok_or_else(|| Error::NotFound(format!("session {session:?} has no branch {branch:?}")))?;
     let events: Vec<Event> = session_events(backends, tenant, session)
         .await?
         .into_iter()
-        .filter(|e| e.branch_id == branch)
+        .filter(|e| match &e.payload {
+            // A compaction stands in for the branch it was made for, not for its forks.
+            Payload::CompactionCompleted(_) => e.branch_id == branch,
+            _ => lineage_contains(&lineage, &e.branch_id, e.seq),
+        })
         .collect();
     let previous = events
         .iter()
@@ -201,6 +209,7 @@ pub async fn compact_session(
     ) else {
         return Ok(None);
     };
+    let record = record.on_branch(branch);
     let last = events
         .iter()
         .rev()

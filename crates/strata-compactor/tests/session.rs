@@ -248,3 +248,141 @@ async fn a_stored_event_that_no_longer_parses_does_not_stop_compaction() {
         .expect("compaction goes on");
     assert!(compacted.is_some());
 }
+
+/// A forked branch is compacted over its own history: the parent's events up to the fork point
+/// and the branch's own, never what the parent did after the fork. The record names the branch,
+/// the branch's assemblies apply it and the parent's do not.
+#[tokio::test]
+async fn a_forked_branch_is_compacted_over_its_own_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = BackendOpts {
+        fsync: FsyncPolicy::Never,
+        ..BackendOpts::embedded(dir.path())
+    };
+    let backends = Backends::open(&opts, "test").await.unwrap();
+    let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
+    let assembler = Assembler::new(
+        backends.clone(),
+        ingestor.clone(),
+        AssemblerOptions {
+            record_assemblies: false,
+            ..AssemblerOptions::default()
+        },
+    );
+    let main = coding_session("t", "s", 12);
+    // The fork starts after turn 7's closing answer; main goes on without it.
+    let fork_at = main
+        .iter()
+        .position(|e| e["payload"]["message_id"] == "u8")
+        .unwrap()
+        - 1;
+    let fork_point = main[fork_at]["event_id"].as_str().unwrap().to_owned();
+    let after_fork: Vec<String> = main[fork_at + 1..]
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap().to_owned())
+        .collect();
+    ingestor
+        .ingest_json(&Publisher::Operator, main)
+        .await
+        .unwrap();
+    let alt = |i: usize, ty: &str, payload: Value| {
+        serde_json::json!({"event_id": format!("alt-{i}"), "tenant_id": "t", "session_id": "s",
+            "branch_id": if ty == "BranchForked" { "main" } else { "alt" },
+            "timestamp": "2026-06-03T12:00:00Z", "type": ty, "payload": payload})
+    };
+    let mut fork = vec![alt(
+        0,
+        "BranchForked",
+        serde_json::json!({"new_branch_id": "alt", "from_event_id": fork_point}),
+    )];
+    for t in 0..3 {
+        let i = 1 + t * 2;
+        fork.push(alt(
+            i,
+            "UserPromptSubmitted",
+            serde_json::json!({"message_id": format!("alt-u{t}"),
+                "text": format!("ALT-ONLY request {t}: try the other lexer design.")}),
+        ));
+        fork.push(alt(
+            i + 1,
+            "ModelResponseReceived",
+            serde_json::json!({"message_id": format!("alt-a{t}"),
+                "text": format!("ALT-ONLY answer {t}: the other design keeps parser::parse.")}),
+        ));
+    }
+    ingestor
+        .ingest_json(&Publisher::Operator, fork)
+        .await
+        .unwrap();
+    strata_projector::catch_up(&backends).await.unwrap();
+
+    let record = strata_compactor::compact_session(&backends, &ingestor, "t", "s", "alt", 1)
+        .await
+        .unwrap()
+        .expect("the fork's history has turns to compact");
+    strata_projector::catch_up(&backends).await.unwrap();
+    assert_eq!(record.branch_id, "alt");
+    assert!(record.succeeded(), "{:?}", record.check.failures);
+    let sources = &record.provenance.source_event_ids;
+    assert!(
+        sources.iter().any(|id| id == "s-00001"),
+        "the parent's early events"
+    );
+    assert!(
+        sources.iter().any(|id| id == "alt-1"),
+        "the fork's own first turn"
+    );
+    for id in &after_fork {
+        assert!(!sources.contains(id), "{id}: the parent after the fork");
+    }
+    assert!(record.first_kept_event_id.starts_with("alt-"));
+
+    let branch_context = assembler
+        .context(
+            "t",
+            "s",
+            &ContextRequest {
+                branch: Some("alt".into()),
+                ..ContextRequest::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(branch_context
+        .assembly
+        .included
+        .iter()
+        .any(|s| s.kind == "compaction_summary"));
+    let text = branch_context.payload.to_string();
+    assert!(text.contains("ALT-ONLY request 2"), "the kept turn");
+    assert!(!text.contains("Step 10 done"), "the parent after the fork");
+    let main_context = assembler
+        .context("t", "s", &ContextRequest::default())
+        .await
+        .unwrap();
+    assert!(!main_context
+        .assembly
+        .included
+        .iter()
+        .any(|s| s.kind == "compaction_summary"));
+
+    // Nothing new since: nothing to compact. The same cut for main is another compaction.
+    let again = strata_compactor::compact_session(&backends, &ingestor, "t", "s", "alt", 1)
+        .await
+        .unwrap();
+    assert!(again.is_none(), "{again:?}");
+    let on_main = strata_compactor::compact_session(&backends, &ingestor, "t", "s", "main", 1)
+        .await
+        .unwrap()
+        .expect("main compacts too");
+    assert_eq!(on_main.branch_id, "main");
+    assert_ne!(on_main.compaction_id, record.compaction_id);
+
+    let unknown = strata_compactor::compact_session(&backends, &ingestor, "t", "s", "nope", 1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unknown, strata_compactor::Error::NotFound(_)),
+        "{unknown}"
+    );
+}

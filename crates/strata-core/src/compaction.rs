@@ -129,7 +129,39 @@ pub struct CompactionRecord {
     pub check: CompressionCheck,
 }
 
+/// A compaction's id: the same cut of the same history by the same summarizer is the same
+/// compaction, however often it is asked for.
+fn compaction_id(
+    tenant: &str,
+    session: &str,
+    branch: &str,
+    first_event_id: &str,
+    first_kept_event_id: &str,
+    summarizer: &str,
+) -> String {
+    let identity = format!(
+        "{tenant}\n{session}\n{branch}\n{first_event_id}\n{first_kept_event_id}\n{summarizer}"
+    );
+    format!("cmp_{}", &crate::sha256_hex(identity.as_bytes())[..24])
+}
+
 impl CompactionRecord {
+    /// The record of the same cut made for `branch`. A fork's history begins on its ancestors,
+    /// so its events name their branches, not the fork; the record must name the branch whose
+    /// assemblies it stands in for (and its id differs from the same cut made for the parent).
+    pub fn on_branch(mut self, branch: &str) -> Self {
+        self.branch_id = branch.to_owned();
+        self.compaction_id = compaction_id(
+            &self.tenant_id,
+            &self.session_id,
+            branch,
+            &self.first_event_id,
+            &self.first_kept_event_id,
+            &self.provenance.summarizer,
+        );
+        self
+    }
+
     /// Whether the compaction may stand in for its range.
     pub fn succeeded(&self) -> bool {
         self.status == "completed" && self.check.passed
@@ -763,17 +795,15 @@ pub fn compact_at(
     let first_event_id = previous
         .map(|p| p.first_event_id.clone())
         .unwrap_or_else(|| id_of(first));
-    let identity = format!(
-        "{}\n{}\n{}\n{}\n{}\n{}",
-        first.map(|e| e.tenant_id.as_str()).unwrap_or(""),
-        first.map(|e| e.session_id.as_str()).unwrap_or(""),
-        first.map(|e| e.branch_id.as_str()).unwrap_or(""),
-        first_event_id,
-        id_of(kept),
-        summarizer.name()
-    );
     let mut record = CompactionRecord {
-        compaction_id: format!("cmp_{}", &crate::sha256_hex(identity.as_bytes())[..24]),
+        compaction_id: compaction_id(
+            first.map(|e| e.tenant_id.as_str()).unwrap_or(""),
+            first.map(|e| e.session_id.as_str()).unwrap_or(""),
+            first.map(|e| e.branch_id.as_str()).unwrap_or(""),
+            &first_event_id,
+            &id_of(kept),
+            summarizer.name(),
+        ),
         tenant_id: first.map(|e| e.tenant_id.clone()).unwrap_or_default(),
         session_id: first.map(|e| e.session_id.clone()).unwrap_or_default(),
         branch_id: first.map(|e| e.branch_id.clone()).unwrap_or_default(),

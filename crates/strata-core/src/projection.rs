@@ -151,7 +151,44 @@ pub struct SessionFold {
     pub privacy: PrivacyDefaults,
 }
 
+/// The branches whose records make up one branch's history, each with the highest seq of it that
+/// belongs there (`None`: all of it): the branch itself first, then each ancestor up to its fork
+/// point (a fork of a fork sees the grandparent up to the lower of the two bounds).
+pub type Lineage = Vec<(String, Option<u64>)>;
+
+/// Whether a record of `branch` at `seq` (when known) belongs to the history `lineage` describes.
+pub fn lineage_contains(lineage: &[(String, Option<u64>)], branch: &str, seq: Option<u64>) -> bool {
+    lineage.iter().any(|(b, bound)| {
+        b == branch
+            && match (bound, seq) {
+                (Some(bound), Some(seq)) => seq <= *bound,
+                _ => true,
+            }
+    })
+}
+
+/// How many ancestors a lineage follows at most (a guard against a cycle in stored rows).
+const MAX_LINEAGE_DEPTH: usize = 64;
+
 impl SessionFold {
+    /// The lineage of `branch` ([`Lineage`]); `None` for a branch the fold does not know.
+    pub fn lineage(&self, branch: &str) -> Option<Lineage> {
+        let mut cursor = self.branches.get(branch)?;
+        let mut lineage: Lineage = vec![(branch.to_owned(), None)];
+        while let (Some(parent), Some(fork_seq)) = (&cursor.parent_branch_id, cursor.fork_seq) {
+            let bound = match lineage.last() {
+                Some((_, Some(b))) => (*b).min(fork_seq),
+                _ => fork_seq,
+            };
+            lineage.push((parent.clone(), Some(bound)));
+            match self.branches.get(parent) {
+                Some(p) if lineage.len() <= MAX_LINEAGE_DEPTH => cursor = p,
+                _ => break,
+            }
+        }
+        Some(lineage)
+    }
+
     pub fn new(tenant_id: &str, session_id: &str) -> Self {
         Self {
             tenant_id: tenant_id.to_owned(),

@@ -105,16 +105,62 @@ impl IntoResponse for ApiError {
 }
 
 /// A request body that must be a JSON object (serde would also take an array for a struct).
+/// Its numbers are counts: one written with a zero fraction (`442.0`) is the integer JSON Schema
+/// says it is (the OpenAPI document's `integer`), not an error.
 pub fn parse_object<T: serde::de::DeserializeOwned>(
     body: &[u8],
     what: &str,
 ) -> Result<T, ApiError> {
-    let value: Value = serde_json::from_slice(body)
+    let mut value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid {what}: {e}")))?;
-    if !value.is_object() {
+    let Some(fields) = value.as_object_mut() else {
         return Err(ApiError::bad_request(format!(
             "invalid {what}: expected a JSON object"
         )));
-    }
+    };
+    fields.values_mut().for_each(whole_number_as_integer);
     serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("invalid {what}: {e}")))
+}
+
+/// `442.0` as `442`; any other value as it is.
+fn whole_number_as_integer(value: &mut Value) {
+    let Some(f) = value.as_f64().filter(|_| value.is_f64()) else {
+        return;
+    };
+    // Every f64 without a fraction is an integer; those within u64 or i64 convert exactly.
+    if f.fract() != 0.0 {
+        return;
+    }
+    if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+        *value = Value::from(f as u64);
+    } else if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
+        *value = Value::from(f as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Counts {
+        keep_turns: Option<usize>,
+        budget: Option<u64>,
+    }
+
+    #[test]
+    fn a_whole_number_written_with_a_fraction_is_an_integer_and_a_fraction_is_an_error() {
+        let c: Counts = parse_object(br#"{"keep_turns": 442.0, "budget": 7}"#, "request").unwrap();
+        assert_eq!((c.keep_turns, c.budget), (Some(442), Some(7)));
+        let e = parse_object::<Counts>(br#"{"keep_turns": 2.5}"#, "request").unwrap_err();
+        assert!(e.message.contains("2.5"), "{}", e.message);
+        let e = parse_object::<Counts>(br#"{"keep_turns": -1.0}"#, "request").unwrap_err();
+        assert!(e.message.contains("-1"), "{}", e.message);
+        let e = parse_object::<Counts>(b"[1]", "request").unwrap_err();
+        assert!(
+            e.message.contains("expected a JSON object"),
+            "{}",
+            e.message
+        );
+    }
 }

@@ -83,28 +83,6 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(json: &str, what: &str)
     })
 }
 
-/// The branches whose rows make up a branch's history, each with the highest seq that belongs
-/// to it (`None`: the whole branch). The branch itself comes first, then each ancestor up to its
-/// fork point: a fork sees its parent's events up to the fork seq only, and a fork of a fork
-/// sees the grandparent up to the lower of the two bounds. `None` for a branch the fold does
-/// not know.
-pub(crate) fn lineage(fold: &SessionFold, branch: &str) -> Option<Vec<(String, Option<u64>)>> {
-    let mut cursor = fold.branches.get(branch)?;
-    let mut lineage: Vec<(String, Option<u64>)> = vec![(branch.to_owned(), None)];
-    while let (Some(parent), Some(fork_seq)) = (&cursor.parent_branch_id, cursor.fork_seq) {
-        let bound = match lineage.last() {
-            Some((_, Some(b))) => (*b).min(fork_seq),
-            _ => fork_seq,
-        };
-        lineage.push((parent.clone(), Some(bound)));
-        match fold.branches.get(parent) {
-            Some(p) if lineage.len() <= 64 => cursor = p,
-            _ => break,
-        }
-    }
-    Some(lineage)
-}
-
 /// How a backend stores text: SQLite as given; PostgreSQL without NUL (see `postgres.rs`).
 type StoredText = fn(&str) -> Cow<'_, str>;
 
@@ -329,7 +307,7 @@ where
     for<'a> bool: Decode<'a, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
 {
-    let Some(lineage) = lineage(&fold, branch) else {
+    let Some(lineage) = fold.lineage(branch) else {
         return Ok(None);
     };
     let stored = dialect.stored_text;

@@ -338,13 +338,7 @@ impl Snapshot {
         if self.lineage.is_empty() {
             return branch == self.branch_id;
         }
-        self.lineage.iter().any(|(b, bound)| {
-            b == branch
-                && match (bound, seq) {
-                    (Some(bound), Some(seq)) => seq <= *bound,
-                    _ => true,
-                }
-        })
+        crate::projection::lineage_contains(&self.lineage, branch, seq)
     }
 }
 
