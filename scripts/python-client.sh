@@ -30,5 +30,5 @@ fi
 status=0
 (cd clients/python && "$VENV/bin/python" -m pytest -q -p no:cacheprovider) || status=$?
 (cd clients/python && "$VENV/bin/ruff" check --no-cache . && "$VENV/bin/ruff" format --no-cache --check .) || status=1
-(cd clients/python && "$VENV/bin/mypy" --cache-dir "$VENV/mypy-cache" src tests) || status=1
+(cd clients/python && "$VENV/bin/mypy" --cache-dir "$VENV/mypy-cache" src tests benchmarks) || status=1
 exit "$status"

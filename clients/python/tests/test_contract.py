@@ -183,12 +183,19 @@ def sample(t: Any, named: dict[str, dict[str, Any]]) -> Any:
             return sample(named[t], named)
         return {"string": "x", "long": 1, "int": 1, "boolean": True, "double": 0.5}[t]
     if t["type"] == "record":
-        return {f["name"]: sample(f["type"], named) for f in t["fields"] if f["name"] != "extra"}
+        return {f["name"]: sample_field(f, named) for f in t["fields"] if f["name"] != "extra"}
     if t["type"] == "enum":
         return t["symbols"][0]
     if t["type"] == "array":
         return [sample(t["items"], named)]
     return sample(t["type"], named)
+
+
+def sample_field(field: dict[str, Any], named: dict[str, dict[str, Any]]) -> Any:
+    # A free-form JSON value travels as JSON text in Avro; in JSON it is the value itself.
+    if field["type"] == "string" and "as JSON text" in field.get("doc", ""):
+        return {"type": "x"}
+    return sample(field["type"], named)
 
 
 NESTED: dict[str, type[BaseModel]] = {

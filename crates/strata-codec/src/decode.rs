@@ -495,6 +495,11 @@ fn payload_from_avro(ty: EventType, v: Avro) -> Result<Payload> {
             evidence_refs: r.strings("evidence_refs")?,
             extra: r.extra()?,
         }),
+        EventType::ProviderItemRecorded => Payload::ProviderItemRecorded(ProviderItemRecorded {
+            format: r.string("format")?,
+            item: r.json("item")?,
+            extra: r.extra()?,
+        }),
         EventType::MemoryRecorded => Payload::MemoryRecorded(MemoryRecorded {
             memory_id: r.string("memory_id")?,
             scope: r.string("scope")?,

@@ -377,6 +377,13 @@ fn payload_to_avro(payload: &Payload, schema_version: u32) -> Result<Avro> {
                 .put("extra", extra(&p.extra));
             r
         }
+        Payload::ProviderItemRecorded(p) => {
+            let mut r = Rec::with_capacity(3);
+            r.put("format", string(&p.format))
+                .put("item", json(&p.item))
+                .put("extra", extra(&p.extra));
+            r
+        }
         Payload::MemoryRecorded(p) => {
             let mut r = Rec::with_capacity(9);
             r.put("memory_id", string(&p.memory_id))

@@ -12,10 +12,11 @@
 //!
 //! so any consumer can tell which schema wrote a record. [`AvroCodec::fingerprint_hex`] is the
 //! current fingerprint as it goes into the Kafka header. The fingerprint is the specification's,
-//! as Java, Go and fastavro compute it (`schemas/event.avsc`: `44e736533d36050b` in wire order):
-//! apache-avro 0.21's own canonical form keeps the logical-typed `timestamp` as
-//! `{"type":"long"}`, so records written before this fix carry its fingerprint
-//! (`a73c55ec80f3c10f`, and `a5e1daae55a8815e` for version 1); those are still read.
+//! as Java, Go and fastavro compute it (`schemas/event.avsc`, version 3: `b4b48a90e4084ed5` in
+//! wire order; version 2 `44e736533d36050b`): apache-avro 0.21's own canonical form keeps the
+//! logical-typed `timestamp` as `{"type":"long"}`, so records written before this fix carry its
+//! fingerprint (`a73c55ec80f3c10f` for version 2, `a5e1daae55a8815e` for version 1); those are
+//! still read.
 //!
 //! # Schemas and versions
 //!
@@ -38,7 +39,8 @@
 //! To evolve the schema: copy `event.avsc` to `event.v{N}.avsc` unchanged, make only
 //! backward-compatible changes (new fields with defaults) in `event.avsc`, bump
 //! [`CURRENT_SCHEMA_VERSION`], add the old text to the known versions in `schema.rs`, and pin the
-//! new fingerprint in the tests. A schema that has written records must never be edited.
+//! new fingerprint in the tests. A schema that has written records must never be edited. A new
+//! version must be readable before it is written: deploy the consumers before the producers.
 //!
 //! # Example
 //!
@@ -76,7 +78,7 @@ use apache_avro::{GenericSingleObjectReader, GenericSingleObjectWriter, Schema};
 use strata_core::Event;
 
 pub use error::{Error, Result};
-pub use schema::{CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT, SCHEMA_V1};
+pub use schema::{CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT, SCHEMA_V1, SCHEMA_V2};
 
 use schema::{Version, REGISTRY};
 

@@ -9,14 +9,20 @@ use strata_core::EventType;
 
 /// Text of schema version 1 (`schemas/event.v1.avsc`).
 pub const SCHEMA_V1: &str = include_str!("../../../schemas/event.v1.avsc");
-/// Text of the current schema, version 2 (`schemas/event.avsc`).
+/// Text of schema version 2 (`schemas/event.v2.avsc`).
+pub const SCHEMA_V2: &str = include_str!("../../../schemas/event.v2.avsc");
+/// Text of the current schema, version 3 (`schemas/event.avsc`).
 pub const SCHEMA_CURRENT: &str = include_str!("../../../schemas/event.avsc");
 
 /// Version of the schema [`crate::AvroCodec::encode`] writes with.
-pub const CURRENT_SCHEMA_VERSION: u32 = 2;
+pub const CURRENT_SCHEMA_VERSION: u32 = 3;
 
 /// Every schema version the codec can read, oldest first, with its text.
-const KNOWN: [(u32, &str); 2] = [(1, SCHEMA_V1), (CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT)];
+const KNOWN: [(u32, &str); 3] = [
+    (1, SCHEMA_V1),
+    (2, SCHEMA_V2),
+    (CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT),
+];
 
 /// One known writer schema with everything precomputed that encoding and decoding need.
 pub(crate) struct Version {

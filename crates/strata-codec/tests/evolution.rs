@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use apache_avro::schema_compatibility::SchemaCompatibility;
 use apache_avro::Schema;
 use serde_json::Value;
-use strata_codec::{AvroCodec, Error, CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT, SCHEMA_V1};
+use strata_codec::{
+    AvroCodec, Error, CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT, SCHEMA_V1, SCHEMA_V2,
+};
 use strata_core::{Event, EventType, Payload};
 
 /// Fingerprints of released schemas, wire byte order: CRC-64-AVRO of the specification's
@@ -16,10 +18,17 @@ use strata_core::{Event, EventType, Payload};
 /// add a new version instead. Cross-checked with fastavro 1.13.1
 /// (`fingerprint(to_parsing_canonical_form(parse_schema(s)), "CRC-64-AVRO")`), as Java and Go
 /// compute them; CI checks them against fastavro again (`independent_fingerprints.rs`).
-const PINNED: [(u32, &str); 2] = [(1, "2479844fe2e620e2"), (2, "44e736533d36050b")];
+const PINNED: [(u32, &str); 3] = [
+    (1, "2479844fe2e620e2"),
+    (2, "44e736533d36050b"),
+    (3, "b4b48a90e4084ed5"),
+];
 /// The fingerprints apache-avro 0.21 (and the Python `avro` 1.12 package) computed, which every
 /// record written before the fix carries: read, never written.
 const LEGACY: [(u32, &str); 2] = [(1, "a5e1daae55a8815e"), (2, "a73c55ec80f3c10f")];
+
+/// Payload types version 3 added: versions 1 and 2 cannot write them.
+const ADDED_IN_V3: [EventType; 1] = [EventType::ProviderItemRecorded];
 
 /// Fields version 2 added, by payload record.
 const ADDED_IN_V2: [(&str, &str); 3] = [
@@ -215,6 +224,9 @@ fn every_type_written_with_v1_reads_back() {
     let codec = AvroCodec::new();
     for text in common::FULL.iter().chain(common::MINIMAL) {
         let mut event = common::event(text);
+        if ADDED_IN_V3.contains(&event.event_type()) {
+            continue;
+        }
         match &mut event.payload {
             Payload::ToolCallFinished(p) => p.output_tokens = None,
             Payload::BranchForked(p) => p.kind = None,
@@ -246,18 +258,36 @@ fn v1_writer_refuses_to_drop_v2_fields() {
         );
     }
     let err = codec
-        .encode_with_schema_version(&common::event(common::MINIMAL[0]), 3)
-        .expect_err("no version 3");
+        .encode_with_schema_version(&common::event(common::MINIMAL[0]), 4)
+        .expect_err("no version 4");
     assert!(
-        matches!(err, Error::UnknownSchemaVersion { version: 3, .. }),
+        matches!(err, Error::UnknownSchemaVersion { version: 4, .. }),
         "{err:?}"
     );
 }
 
 #[test]
+fn older_writers_refuse_a_type_they_do_not_have() {
+    let codec = AvroCodec::new();
+    let event = common::event(common::PROVIDER_ITEM);
+    for version in [1, 2] {
+        let err = codec
+            .encode_with_schema_version(&event, version)
+            .expect_err("no ProviderItemRecorded before version 3");
+        assert!(
+            err.to_string().contains("ProviderItemRecorded"),
+            "v{version}: {err}"
+        );
+    }
+    let v3 = codec.encode(&event).expect("encode current");
+    assert_eq!(codec.schema_version_of(&v3).expect("header"), 3);
+    assert_eq!(codec.decode(&v3).expect("decode"), event);
+}
+
+#[test]
 fn fingerprints_are_pinned() {
     let codec = AvroCodec::new();
-    assert_eq!(codec.schema_versions(), [1, 2]);
+    assert_eq!(codec.schema_versions(), [1, 2, 3]);
     for (version, hex) in PINNED {
         let bytes = codec.fingerprint_of(version).expect("known version");
         let got: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -266,16 +296,14 @@ fn fingerprints_are_pinned() {
             "schema version {version} changed: add a new version instead"
         );
     }
-    assert_eq!(codec.fingerprint_hex(), PINNED[1].1);
-    // A record with the legacy header of the current schema is read as the current version.
+    assert_eq!(codec.fingerprint_hex(), PINNED[2].1);
+    // A record with the legacy header of version 2 is read as version 2.
+    let event = common::event(common::MINIMAL[0]);
     let mut legacy = codec
-        .encode(&common::event(common::MINIMAL[0]))
-        .expect("encode");
+        .encode_with_schema_version(&event, 2)
+        .expect("encode v2");
     legacy[2..10].copy_from_slice(&unhex(LEGACY[1].1));
-    assert_eq!(
-        codec.schema_version_of(&legacy).expect("legacy header"),
-        CURRENT_SCHEMA_VERSION
-    );
+    assert_eq!(codec.schema_version_of(&legacy).expect("legacy header"), 2);
     assert_eq!(
         codec.decode(&legacy).expect("legacy record decodes"),
         common::event(common::MINIMAL[0])
@@ -293,7 +321,7 @@ fn fingerprints_are_pinned() {
 
 #[test]
 fn schemas_parse_and_cover_every_event_type() {
-    for (version, text) in [(1, SCHEMA_V1), (2, SCHEMA_CURRENT)] {
+    for (version, text) in [(1, SCHEMA_V1), (2, SCHEMA_V2), (3, SCHEMA_CURRENT)] {
         let schema = Schema::parse_str(text).expect("schema parses");
         let Schema::Record(event) = &schema else {
             panic!("v{version}: not a record")
@@ -317,6 +345,7 @@ fn schemas_parse_and_cover_every_event_type() {
             .collect();
         let want: Vec<String> = EventType::ALL
             .iter()
+            .filter(|t| version >= 3 || !ADDED_IN_V3.contains(t))
             .map(|t| format!("strata.payload.{}", t.as_str()))
             .collect();
         assert_eq!(
@@ -327,18 +356,41 @@ fn schemas_parse_and_cover_every_event_type() {
 }
 
 #[test]
-fn v2_reads_v1_per_apache_avro_compatibility_check() {
+fn each_version_reads_the_one_before_per_apache_avro_compatibility_check() {
     let v1 = Schema::parse_str(SCHEMA_V1).expect("v1");
-    let v2 = Schema::parse_str(SCHEMA_CURRENT).expect("v2");
+    let v2 = Schema::parse_str(SCHEMA_V2).expect("v2");
+    let v3 = Schema::parse_str(SCHEMA_CURRENT).expect("v3");
     SchemaCompatibility::can_read(&v1, &v2).expect("v2 can read v1 data");
     // Additions only: v1 readers can still read v2 data (they skip the new fields).
     SchemaCompatibility::can_read(&v2, &v1).expect("v1 can read v2 data");
+    SchemaCompatibility::can_read(&v2, &v3).expect("v3 can read v2 data");
+}
+
+/// Version 3 is version 2 plus one payload record, nothing else.
+#[test]
+fn v3_differs_from_v2_only_by_the_added_record() {
+    let mut v3: Value = serde_json::from_str(SCHEMA_CURRENT).expect("v3 json");
+    let records = v3["fields"]
+        .as_array_mut()
+        .and_then(|fields| fields.iter_mut().find(|f| f["name"] == "payload"))
+        .and_then(|payload| payload["type"].as_array_mut())
+        .expect("payload union");
+    for added in ADDED_IN_V3 {
+        let i = records
+            .iter()
+            .position(|r| r["name"] == added.as_str())
+            .unwrap_or_else(|| panic!("{} in v3", added.as_str()));
+        records.remove(i);
+    }
+    let stripped = Schema::parse_str(&v3.to_string()).expect("stripped v3 parses");
+    let v2 = Schema::parse_str(SCHEMA_V2).expect("v2");
+    assert_eq!(stripped.canonical_form(), v2.canonical_form());
 }
 
 /// Version 2 is version 1 plus three nullable fields with a null default, nothing else.
 #[test]
 fn v2_differs_from_v1_only_by_the_added_fields() {
-    let mut v2: Value = serde_json::from_str(SCHEMA_CURRENT).expect("v2 json");
+    let mut v2: Value = serde_json::from_str(SCHEMA_V2).expect("v2 json");
     let records = v2["fields"]
         .as_array_mut()
         .and_then(|fields| fields.iter_mut().find(|f| f["name"] == "payload"))

@@ -112,6 +112,8 @@ event_types! {
     ApprovalDenied(ApprovalDecision),
     /// A verifier (tests, linter, reviewer) reached a verdict.
     VerifierFinished(VerifierFinished),
+    /// An item of a provider's conversation format that Strata does not model, kept whole.
+    ProviderItemRecorded(ProviderItemRecorded),
     /// A governed memory was recorded (derived).
     MemoryRecorded(MemoryRecorded) derived = true,
     /// A memory was replaced by another (derived).
@@ -171,6 +173,12 @@ impl Payload {
             }
             Payload::ToolCallFailed(p) => non_empty(errors, "tool_call_id", &p.tool_call_id),
             Payload::FileRead(p) => non_empty(errors, "path", &p.path),
+            Payload::ProviderItemRecorded(p) => {
+                non_empty(errors, "format", &p.format);
+                if !p.item.is_object() {
+                    errors.push(FieldError::new("payload.item", "expected a JSON object"));
+                }
+            }
             Payload::FileWritten(p) => non_empty(errors, "path", &p.path),
             Payload::DiffApplied(p) => non_empty(errors, "path", &p.path),
             Payload::BranchForked(p) => {
@@ -528,6 +536,28 @@ pub struct VerifierFinished {
     pub evidence_refs: Vec<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// An item of a provider's conversation format that the other types do not model — a reasoning
+/// item, a hosted tool's call (web or file search, code interpreter, computer use), an MCP list —
+/// kept whole so that a platform's own history of the conversation reads back exactly as it was
+/// written (the Agents SDK session keeps Responses API items this way). The projection keeps it
+/// as an event and the assembler does not send it: what it means to a model is the provider's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProviderItemRecorded {
+    /// The format the item belongs to, as the provider renderings name it (`openai-responses`).
+    pub format: String,
+    /// The item as the provider wrote it: a JSON object with its own `type`.
+    pub item: Value,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ProviderItemRecorded {
+    /// The item's own `type`, when it has one.
+    pub fn item_type(&self) -> Option<&str> {
+        self.item.get("type").and_then(Value::as_str)
+    }
 }
 
 /// A governed memory (SPEC §6). The extractor that writes these is its own issue; the shape is

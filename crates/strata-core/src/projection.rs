@@ -980,6 +980,9 @@ pub fn apply_forked(
             transcript += tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS;
             fold.branch_mut(&branch_id).state.last_verifier = Some(sourced(&text));
         }
+        // Kept for the platform's own history (its event row); no projection reads it, and a
+        // replayed transcript would not carry it either.
+        Payload::ProviderItemRecorded(_) => {}
         Payload::MemoryRecorded(p) => changes.push(Change::Memory(DerivedRow {
             tenant_id: tenant.clone(),
             session_id: session.clone(),

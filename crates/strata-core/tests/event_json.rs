@@ -202,6 +202,12 @@ fn varied_events() -> Vec<Event> {
             json!({"assembly_id": "as", "context_tokens": 1,
             "transcript_tokens": 2, "assembly": {"messages": [{"role": "user", "text": odd}]}}),
         ),
+        // Appended last: the tests above pick samples by position.
+        (
+            "ProviderItemRecorded",
+            json!({"format": "openai-responses",
+            "item": {"type": "reasoning", "summary": [{"type": "summary_text", "text": odd}]}}),
+        ),
     ];
     let mut out = Vec::new();
     for (i, (ty, payload)) in payloads.into_iter().enumerate() {

@@ -47,6 +47,7 @@ __all__ = [
     "ModelResponseReceived",
     "Payload",
     "PrivacyClass",
+    "ProviderItemRecorded",
     "SessionStarted",
     "StateUpdated",
     "SubagentFinished",
@@ -84,6 +85,7 @@ EventType = Literal[
     "ApprovalGranted",
     "ApprovalDenied",
     "VerifierFinished",
+    "ProviderItemRecorded",
     "MemoryRecorded",
     "MemorySuperseded",
     "CompactionCompleted",
@@ -346,6 +348,15 @@ class VerifierFinished(Payload):
     evidence_refs: list[str] = Field(default_factory=list)
 
 
+class ProviderItemRecorded(Payload):
+    """An item of a provider's conversation format that the other types do not model (a
+    reasoning item, a hosted tool's call), kept whole; assembled contexts leave it out."""
+
+    event_type: ClassVar[EventType] = "ProviderItemRecorded"
+    format: str
+    item: dict[str, JsonValue]
+
+
 class MemoryRecorded(Payload):
     """A governed memory was recorded (written by Strata's memory extractor)."""
 
@@ -413,6 +424,7 @@ AnyPayload = (
     | ApprovalGranted
     | ApprovalDenied
     | VerifierFinished
+    | ProviderItemRecorded
     | MemoryRecorded
     | MemorySuperseded
     | CompactionCompleted

@@ -153,6 +153,13 @@ pub const FULL: &[&str] = &[
                                     {"kind": "recent", "tokens": 29000, "event_ids": ["evt_016", "evt_017"]}],
                        "policy": "default-v1", "budget": {"window": 200000, "reserved": 8192}},
           "cache_hit": false}}"#,
+    r#"{"event_id": "evt_023", "tenant_id": "acme", "session_id": "sess_42", "branch_id": "main",
+        "seq": 23, "parent_event_id": "evt_022", "timestamp": "2026-06-03T10:05:00Z",
+        "type": "ProviderItemRecorded", "actor": "model", "participant_id": "agent-a",
+        "payload": {"format": "openai-responses",
+          "item": {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Check the lock first."}],
+                   "encrypted_content": "gAAAA", "status": null},
+          "sdk": "openai-agents"}}"#,
 ];
 
 /// One sample per event type with only the required fields.
@@ -201,6 +208,8 @@ pub const MINIMAL: &[&str] = &[
         "payload": {"compaction_id": "c1", "first_event_id": "m01", "last_event_id": "m09", "first_kept_event_id": "m10", "tokens_before": 0, "tokens_after": 0}}"#,
     r#"{"event_id": "m22", "tenant_id": "t", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z", "type": "ContextBuilt",
         "payload": {"assembly_id": "x1", "context_tokens": 0, "transcript_tokens": 0}}"#,
+    r#"{"event_id": "m23", "tenant_id": "t", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z", "type": "ProviderItemRecorded",
+        "payload": {"format": "openai-responses", "item": {"type": "web_search_call"}}}"#,
 ];
 
 /// Parses one sample; panics with the sample's text when it is not a valid event.
@@ -208,3 +217,7 @@ pub fn event(text: &str) -> Event {
     let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
     Event::from_json(value, None).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
+
+/// A sample of the type version 3 added, for the tests of older writers.
+pub const PROVIDER_ITEM: &str = r#"{"event_id": "p1", "tenant_id": "t", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z", "type": "ProviderItemRecorded",
+        "payload": {"format": "openai-responses", "item": {"type": "reasoning", "id": "rs_9", "summary": []}}}"#;
