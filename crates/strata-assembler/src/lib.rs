@@ -298,7 +298,25 @@ impl Assembler {
     /// failure to record (the log or the hot state unavailable) does not fail the request: the
     /// caller gets its context, the failure is logged and counted
     /// (`strata_assembler_unrecorded_total`), and `false` says so.
-    #[tracing::instrument(name = "assembler.context", skip(self, request))]
+    #[tracing::instrument(
+        name = "assembler.context",
+        skip(self, request),
+        fields(
+            gen_ai.operation.name = "context_assembly",
+            gen_ai.conversation.id = session,
+            gen_ai.request.model = tracing::field::Empty,
+            gen_ai.provider.name = tracing::field::Empty,
+            strata.branch = tracing::field::Empty,
+            strata.policy = tracing::field::Empty,
+            strata.budget_tokens = tracing::field::Empty,
+            strata.context_tokens = tracing::field::Empty,
+            strata.transcript_tokens = tracing::field::Empty,
+            strata.included = tracing::field::Empty,
+            strata.omitted = tracing::field::Empty,
+            strata.assembly_id = tracing::field::Empty,
+            strata.recorded = tracing::field::Empty,
+        )
+    )]
     pub async fn context_and_record(
         &self,
         tenant: &str,
@@ -405,6 +423,7 @@ impl Assembler {
                 }
             }
         }
+        record_on_span(&assembled.assembly, recorded);
         Ok((assembled, recorded))
     }
 
@@ -559,4 +578,30 @@ impl Assembler {
             .map(|_| ())
             .map_err(|e| Error::Record(e.to_string()))
     }
+}
+
+/// What a trace says of an assembly (the `assembler.context` span's fields): the model and
+/// provider, and the budget, sizes and counts of the record; never its contents.
+fn record_on_span(assembly: &strata_core::assembly::ContextAssembly, recorded: bool) {
+    let span = tracing::Span::current();
+    span.record("gen_ai.request.model", assembly.model.as_str());
+    span.record("gen_ai.provider.name", assembly.provider.vendor());
+    span.record("strata.branch", assembly.branch_id.as_str());
+    span.record("strata.policy", assembly.policy_version.as_str());
+    span.record("strata.budget_tokens", int(assembly.budget_tokens));
+    span.record("strata.context_tokens", int(assembly.context_tokens));
+    span.record("strata.transcript_tokens", int(assembly.transcript_tokens));
+    span.record("strata.included", int(assembly.included.len() as u64));
+    span.record(
+        "strata.omitted",
+        int(assembly.omitted.values().sum::<u64>()),
+    );
+    span.record("strata.assembly_id", assembly.assembly_id.as_str());
+    span.record("strata.recorded", recorded);
+}
+
+/// A count as a span attribute: OTLP integers are signed (an unsigned field would be exported as
+/// its text).
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

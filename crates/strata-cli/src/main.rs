@@ -371,7 +371,7 @@ async fn keys(opts: &BackendOpts, command: KeysCommand) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The server logs what it does; one-shot verbs only warn.
-    strata_runtime::init_tracing(match cli.command {
+    let _telemetry = strata_runtime::telemetry::init_tracing(match cli.command {
         Command::Dev { .. } => "info",
         _ => "warn",
     });

@@ -165,6 +165,11 @@ pub async fn session_events(
 /// user turns, or, when they are long, the newest steps that fit in the compactor's default
 /// share of the session's budget), appends the record (successful or failed) and returns it.
 /// `None` when there is nothing to compact.
+#[tracing::instrument(
+    name = "compactor.compact_session",
+    skip(backends, ingestor),
+    fields(gen_ai.conversation.id = session)
+)]
 pub async fn compact_session(
     backends: &Backends,
     ingestor: &Ingestor,

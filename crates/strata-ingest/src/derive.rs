@@ -17,6 +17,7 @@ use strata_core::Event;
 use strata_runtime::follow::{CountsByType, FollowStats};
 use strata_runtime::metrics::{LagReporter, DEAD_LETTERS};
 use strata_runtime::{Backends, Offsets};
+use tracing::Instrument;
 
 use crate::{IngestError, IngestOptions, Ingestor, Publisher};
 
@@ -80,49 +81,65 @@ where
             lag.report(backends.log.as_ref(), &positions).await;
             continue;
         }
-        let mut offsets = Offsets::new();
-        let mut out: Vec<(Event, Option<u64>)> = Vec::new();
-        for r in polled
-            .records
-            .iter()
-            .filter(|r| !just_seeked.contains(&r.partition))
-        {
-            if warm_until.get(&r.partition).is_some_and(|&w| r.offset < w) {
-                if let Ok(event) = backends.codec.decode(&r.value) {
-                    let _ = observe(&event, true, &mut counts);
+        let span = tracing::info_span!(
+            "derive.batch",
+            otel.name = %format!("{group} batch"),
+            strata.consumer_group = group,
+            records = polled.records.len() as i64,
+            derived = tracing::field::Empty,
+        );
+        let shut_down = async {
+            let mut offsets = Offsets::new();
+            let mut out: Vec<(Event, Option<u64>)> = Vec::new();
+            for r in polled
+                .records
+                .iter()
+                .filter(|r| !just_seeked.contains(&r.partition))
+            {
+                if warm_until.get(&r.partition).is_some_and(|&w| r.offset < w) {
+                    if let Ok(event) = backends.codec.decode(&r.value) {
+                        let _ = observe(&event, true, &mut counts);
+                    }
+                    continue;
                 }
-                continue;
+                match backends.codec.decode(&r.value) {
+                    Ok(event) => {
+                        stats.events += 1;
+                        *counts.entry(event.event_type().as_str()).or_default() += 1;
+                        out.extend(
+                            observe(&event, false, &mut counts)
+                                .into_iter()
+                                .map(|d| (d, None)),
+                        );
+                    }
+                    Err(e) => {
+                        stats.undecodable += 1;
+                        let reason = format!("undecodable event: {e}");
+                        backends.log.dead_letter(r, group, &reason).await?;
+                        DEAD_LETTERS.add(1);
+                        tracing::error!(group, partition = r.partition, offset = r.offset, error = %e,
+                            "undecodable record set aside in the dead-letter queue");
+                    }
+                }
+                offsets.insert(r.partition, r.offset + 1);
             }
-            match backends.codec.decode(&r.value) {
-                Ok(event) => {
-                    stats.events += 1;
-                    *counts.entry(event.event_type().as_str()).or_default() += 1;
-                    out.extend(
-                        observe(&event, false, &mut counts)
-                            .into_iter()
-                            .map(|d| (d, None)),
-                    );
+            tracing::Span::current().record("derived", out.len() as i64);
+            if !out.is_empty() {
+                let derived = out.len() as u64;
+                if !append_derived(&ingestor, out, shutdown.as_mut()).await? {
+                    return Ok::<_, DeriveError>(true); // nothing committed: derived again on restart
                 }
-                Err(e) => {
-                    stats.undecodable += 1;
-                    let reason = format!("undecodable event: {e}");
-                    backends.log.dead_letter(r, group, &reason).await?;
-                    DEAD_LETTERS.add(1);
-                    tracing::error!(group, partition = r.partition, offset = r.offset, error = %e,
-                        "undecodable record set aside in the dead-letter queue");
-                }
+                *counts.entry("appended").or_default() += derived;
             }
-            offsets.insert(r.partition, r.offset + 1);
+            consumer.commit(&offsets).await?;
+            positions.extend(offsets);
+            Ok(false)
         }
-        if !out.is_empty() {
-            let derived = out.len() as u64;
-            if !append_derived(&ingestor, out, shutdown.as_mut()).await? {
-                break; // shut down first: nothing committed, derived again on restart
-            }
-            *counts.entry("appended").or_default() += derived;
+        .instrument(span)
+        .await?;
+        if shut_down {
+            break;
         }
-        consumer.commit(&offsets).await?;
-        positions.extend(offsets);
         lag.report(backends.log.as_ref(), &positions).await;
     }
     consumer.close().await?;

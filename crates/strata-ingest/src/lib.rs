@@ -306,7 +306,7 @@ impl Ingestor {
     }
 
     /// Ingests parsed events, each with an optional `expected_seq`.
-    #[tracing::instrument(name = "ingest.batch", skip_all, fields(events = events.len()))]
+    #[tracing::instrument(name = "ingest.batch", skip_all, fields(events = events.len() as i64))]
     pub async fn ingest(
         &self,
         publisher: &Publisher,

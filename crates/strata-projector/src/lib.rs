@@ -206,7 +206,7 @@ impl Projector {
     }
 
     /// Folds `records` and commits them with their offsets in one transaction.
-    #[tracing::instrument(name = "projector.batch", skip_all, fields(records = records.len()))]
+    #[tracing::instrument(name = "projector.batch", skip_all, fields(records = records.len() as i64))]
     async fn project(&mut self, records: &[LogRecord]) -> Result<BatchStats> {
         let started = Instant::now();
         let b = &self.backends;

@@ -84,6 +84,43 @@ impl HttpLimits {
     }
 }
 
+/// `router` with every request run in an `http.request` span named by its route, a child of the
+/// caller's trace when the request carries a W3C `traceparent` header
+/// ([`crate::telemetry::continue_trace`]); the handlers' own spans (`ingest.batch`,
+/// `assembler.context`, …) nest under it. Applied to a service's own routes (after routing, so
+/// the route is known).
+pub fn traced_routes(router: Router) -> Router {
+    router.layer(axum::middleware::from_fn(traced))
+}
+
+async fn traced(req: Request<Body>, next: Next) -> Response {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        "http.request",
+        otel.name = %format!("{} {}", req.method(), route_of(&req)),
+        otel.kind = "server",
+        http.request.method = %req.method(),
+        url.path = %req.uri().path(),
+        http.route = %route_of(&req),
+        http.response.status_code = tracing::field::Empty,
+    );
+    crate::telemetry::continue_trace(&span, req.headers());
+    let response = next.run(req).instrument(span.clone()).await;
+    span.record(
+        "http.response.status_code",
+        i64::from(response.status().as_u16()),
+    );
+    response
+}
+
+/// The route template that matched (`/v1/sessions/{session}/context`), never the raw path with
+/// its ids, so that span names stay few.
+fn route_of(req: &Request<Body>) -> String {
+    req.extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned())
+}
+
 fn env_number(name: &str) -> Result<Option<u64>, String> {
     match std::env::var(name) {
         Err(_) => Ok(None),

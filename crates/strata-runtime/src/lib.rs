@@ -22,6 +22,7 @@ pub mod http_server;
 mod lock;
 pub mod metrics;
 pub mod startup;
+pub mod telemetry;
 
 use admin::WorkerHealth;
 
@@ -361,22 +362,6 @@ where
     }
 }
 
-/// Installs the `tracing` subscriber: `RUST_LOG` filters (default `default_level`, e.g. `info`),
-/// `STRATA_LOG_FORMAT=json` switches to JSON lines. Logs go to standard error.
-pub fn init_tracing(default_level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if std::env::var("STRATA_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
-
 /// Listens for Ctrl-C and SIGTERM from now on (a signal that arrives before the returned future
 /// is first polled is not lost, unlike with [`shutdown_signal`]); the future resolves on the
 /// first.
@@ -447,7 +432,13 @@ pub async fn serve(
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(address = %listener.local_addr()?, "listening");
-    http_server::serve(listener, router, limits, shutdown).await
+    http_server::serve(
+        listener,
+        http_server::traced_routes(router),
+        limits,
+        shutdown,
+    )
+    .await
 }
 
 impl Backends {

@@ -153,7 +153,11 @@ impl Service {
     }
 
     fn install(&self, router: Router) {
-        if self.app.set(router).is_err() {
+        if self
+            .app
+            .set(crate::http_server::traced_routes(router))
+            .is_err()
+        {
             tracing::error!(service = %self.name, "a router was already installed; keeping it");
         }
     }

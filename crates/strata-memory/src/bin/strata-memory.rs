@@ -21,7 +21,7 @@ struct Opts {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    strata_runtime::init_tracing("info");
+    let _telemetry = strata_runtime::telemetry::init_tracing("info");
     let opts = Opts::parse();
     // The port answers at once: /readyz 503 until the backends are open (see
     // strata_runtime::startup).
