@@ -29,6 +29,9 @@ use strata_hot::ProjectedSession;
 use strata_log::{LogConsumer, LogRecord};
 use strata_runtime::admin::WorkerHealth;
 use strata_runtime::Backends;
+
+mod fold_cache;
+use fold_cache::{FoldCache, FOLD_CACHE_SESSIONS};
 use strata_store::{Offsets, ProjectionBatch};
 
 /// The projector's consumer group.
@@ -108,8 +111,8 @@ pub struct Projector {
     backends: Backends,
     options: ProjectorOptions,
     consumer: Box<dyn LogConsumer>,
-    /// Fold state of sessions seen by this member, as committed.
-    folds: HashMap<(String, String), SessionFold>,
+    /// Fold state of the sessions this member folded last, as committed (the store has all).
+    folds: FoldCache,
     /// Next offset per assigned partition, as committed.
     positions: Offsets,
     /// Set when a batch or a rewind failed: the consumer's position may be past what the store
@@ -128,7 +131,7 @@ impl Projector {
             backends,
             options,
             consumer,
-            folds: HashMap::new(),
+            folds: FoldCache::new(FOLD_CACHE_SESSIONS),
             positions: Offsets::new(),
             rewind: false,
             lag,
