@@ -339,3 +339,53 @@ fn under_the_cap_memories_of_the_files_in_play_come_first_then_the_newest() {
         .count();
     assert_eq!(not_relevant, 38);
 }
+
+/// Under the long-turn policy a short session's own memories only restate its verbatim history
+/// and are left out; what the user asked to be remembered in *another* session is no
+/// restatement and is sent (it used to be left out with the session's own).
+#[test]
+fn a_short_session_gets_its_users_memories_from_other_sessions() {
+    let mut e = MemoryEngine::default();
+    let mut mems = Vec::new();
+    for (session, text) in [
+        ("earlier", "remember: I want amounts in euros"),
+        ("s", "remember: reply in French"),
+    ] {
+        e.observe(&ev(
+            &format!("{session}-start"),
+            session,
+            "2026-06-03T10:00:00Z",
+            "SessionStarted",
+            json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 16000,
+                "reserved_output_tokens": 1000, "user_id": "alice"}),
+        ));
+        for d in e.observe(&ev(
+            &format!("{session}-u"),
+            session,
+            "2026-06-03T10:00:01Z",
+            "UserPromptSubmitted",
+            json!({"message_id": "m", "text": text}),
+        )) {
+            if let Payload::MemoryRecorded(p) = d.payload {
+                mems.push(Memory::from_payload(&p).unwrap());
+            }
+        }
+    }
+    assert_eq!(mems.len(), 2, "one user memory per session");
+    let mut snap = snapshot(mems, "2026-06-03T10:00:02Z");
+    snap.user_id = Some("alice".into());
+    let out = assemble_with_policy(
+        &snap,
+        &AssemblyRequest::default(),
+        &AssemblyPolicy::default(),
+        &O200k,
+    );
+    let sent: String = out.messages.iter().map(|m| format!("{m:?}")).collect();
+    assert!(sent.contains("amounts in euros"), "{sent}");
+    assert!(!sent.contains("reply in French"), "{sent}");
+    assert!(out
+        .assembly
+        .omitted_items
+        .iter()
+        .any(|o| o.kind == "memory" && o.reason == OmissionReason::Redundant));
+}

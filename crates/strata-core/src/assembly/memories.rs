@@ -75,6 +75,15 @@ pub(super) fn select_memories(
     (units, omitted)
 }
 
+/// Whether memory unit `u` (made by [`Offer::unit`], whose order names its index in the
+/// snapshot's memories) was recorded by the session being assembled.
+pub(super) fn of_this_session(snapshot: &Snapshot, u: &Unit) -> bool {
+    snapshot
+        .memories
+        .get(u.order.2 as usize)
+        .is_none_or(|m| m.session_id == snapshot.session_id)
+}
+
 /// What decides whether a memory is offered to one assembly.
 struct Offer<'a> {
     snapshot: &'a Snapshot,

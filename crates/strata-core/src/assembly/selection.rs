@@ -68,9 +68,17 @@ pub(super) fn select(
         selected: Vec::new(),
     };
     // The long-turn policy never says a thing twice: while the whole history goes verbatim (a
-    // short session), the task state, facts and memories only restate it.
-    let is_restatement =
-        |u: &Unit| restates && matches!(u.kind, "task_state" | "decisions_and_facts" | "memory");
+    // short session), the task state, facts and this session's memories only restate it. A
+    // memory of another session (the user's, the project's) is no restatement: it is what a new
+    // session knows of the others.
+    let is_restatement = |u: &Unit| {
+        restates
+            && match u.kind {
+                "task_state" | "decisions_and_facts" => true,
+                "memory" => super::memories::of_this_session(cx.snapshot, u),
+                _ => false,
+            }
+    };
     let (fixed, fixed_restated): (Vec<Unit>, Vec<Unit>) =
         fixed.into_iter().partition(|u| !is_restatement(u));
     let (memories, memories_restated): (Vec<Unit>, Vec<Unit>) =
