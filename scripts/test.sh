@@ -2,8 +2,9 @@
 # Runs Strata's whole test suite: formatting, lints, and every test of the workspace, the
 # distributed backends included, against real servers (PostgreSQL, Redis, an S3-compatible
 # server) that scripts/services.sh installs when missing and starts on loopback. They are
-# stopped when this script exits, whatever happened. Then the Python client's tests against a
-# real `strata dev` (scripts/python-client.sh).
+# stopped when this script exits, whatever happened. Then a bounded fuzzing run of the decoders
+# and the file-log recovery (scripts/fuzz.sh), and the Python client's tests against a real
+# `strata dev` (scripts/python-client.sh).
 #
 # Needs the Rust toolchain and root (for apt-get and to run PostgreSQL as its own user).
 # Set STRATA_SKIP_SERVICES=1 to run without the servers (the distributed tests then skip,
@@ -40,6 +41,12 @@ cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 
+echo "==> fuzzing (scripts/fuzz.sh: ${FUZZ_SECONDS:-60} s per target)"
+set +e
+scripts/fuzz.sh
+fuzz_status=$?
+set -e
+
 echo "==> python client (clients/python)"
 set +e
 # A no-op when cargo test already built it; the client's tests start this binary.
@@ -55,4 +62,5 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p +=
      }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log" "$pylog"
 if [ "$status" -ne 0 ]; then exit "$status"; fi
+if [ "$fuzz_status" -ne 0 ]; then exit "$fuzz_status"; fi
 exit "$py_status"
