@@ -205,6 +205,12 @@ async fn measure(
         ingest,
         Some(ingest / raw_produce),
     );
+    let direct = produce_direct(servers, &backends, &producer, tenant, run_id).await?;
+    row(
+        "produce: straight to the inbound topic, relayed into the log",
+        direct,
+        Some(direct / ingest),
+    );
 
     // 2. What the projector reads: the records through a consumer group, alone.
     let mut consumer = backends
@@ -367,6 +373,83 @@ async fn measure(
 /// into the database at `db_url`; returns the time to project it all (group formation
 /// included), then stops one member (it finishes its batch, commits and leaves) and returns the
 /// time until the other holds every partition, and what it held before.
+/// A platform producing straight to Kafka (docs/direct-producers.md): the same number of events,
+/// of sessions of their own, produced with rdkafka to the tenant's inbound topic in batches of
+/// [`BATCH`], while ingest's relay takes them into the log (validation, seq, duplicate checks);
+/// the clock stops when the log holds them all. Events per second, end to end into the log.
+async fn produce_direct(
+    servers: &Servers,
+    backends: &Backends,
+    producer: &FutureProducer,
+    tenant: &str,
+    run_id: &str,
+) -> anyhow::Result<f64> {
+    let log_url = format!("kafka://{}/bench-{run_id}?partitions=8", servers.kafka);
+    let inbound =
+        strata_ingest::inbound::open_inbound(&log_url, tenant, Default::default()).await?;
+    let inbound_topic = format!("bench-{run_id}.inbound.{tenant}");
+    let events: Vec<Event> = small_events_for(tenant, servers.events)
+        .map(|mut e| {
+            e.session_id = format!("direct-{}", e.session_id);
+            e.event_id = format!("direct-{}", e.event_id);
+            e
+        })
+        .collect();
+    let encoded: Vec<Vec<u8>> = events
+        .iter()
+        .map(|e| backends.codec.encode(e))
+        .collect::<Result<_, _>>()?;
+    let in_log = |ends: Vec<u64>| ends.iter().sum::<u64>();
+    let before = in_log(backends.log.end_offsets().await?);
+    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let group = format!("bench-relay-{run_id}");
+    let started = Instant::now();
+    let relaying =
+        strata_ingest::inbound::relay(&ingestor, inbound.as_ref(), tenant, &group, async {
+            let _ = stopped.await;
+        });
+    let producing = async {
+        for (chunk, values) in events.chunks(BATCH).zip(encoded.chunks(BATCH)) {
+            let mut deliveries = Vec::with_capacity(chunk.len());
+            for (e, value) in chunk.iter().zip(values) {
+                let record = FutureRecord::to(&inbound_topic)
+                    .key(&e.session_id)
+                    .payload(value);
+                deliveries.push(
+                    producer
+                        .send_result(record)
+                        .map_err(|(e, _)| anyhow::anyhow!("enqueue: {e}"))?,
+                );
+            }
+            for d in deliveries {
+                d.await?.map_err(|(e, _)| anyhow::anyhow!("deliver: {e}"))?;
+            }
+        }
+        let target = before + servers.events;
+        while in_log(backends.log.end_offsets().await?) < target {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(600),
+                "the relay did not take the direct events within 600 s"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let elapsed = started.elapsed();
+        let _ = stop.send(());
+        anyhow::Ok(elapsed)
+    };
+    let (stats, elapsed) = tokio::join!(relaying, producing);
+    let (stats, elapsed) = (stats?, elapsed?);
+    anyhow::ensure!(
+        stats.accepted == servers.events && stats.dead_letters == 0,
+        "the relay took {} of {} direct events ({} set aside)",
+        stats.accepted,
+        servers.events,
+        stats.dead_letters
+    );
+    Ok(rate(servers.events, elapsed))
+}
+
 async fn two_members(
     backends: &Backends,
     db_url: &str,
