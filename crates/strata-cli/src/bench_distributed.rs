@@ -155,33 +155,23 @@ async fn measure(
         .map(|e| codec.encode(e))
         .collect::<Result<_, _>>()?;
     let started = Instant::now();
-    for (chunk, values) in events.chunks(BATCH).zip(encoded.chunks(BATCH)) {
-        let mut deliveries = Vec::with_capacity(chunk.len());
-        for (e, value) in chunk.iter().zip(values) {
-            let headers = OwnedHeaders::new()
-                .insert(Header {
-                    key: strata_ingest::headers::EVENT_TYPE,
-                    value: Some(e.event_type().as_str()),
-                })
-                .insert(Header {
-                    key: strata_ingest::headers::TENANT,
-                    value: Some(&e.tenant_id),
-                });
-            let record = FutureRecord::to(&raw_topic)
-                .partition(strata_log::partition_for(e.session_id.as_bytes(), 8) as i32)
-                .key(&e.session_id)
-                .payload(value)
-                .headers(headers);
-            deliveries.push(
-                producer
-                    .send_result(record)
-                    .map_err(|(e, _)| anyhow::anyhow!("enqueue: {e}"))?,
-            );
-        }
-        for d in deliveries {
-            d.await?.map_err(|(e, _)| anyhow::anyhow!("deliver: {e}"))?;
-        }
-    }
+    let records = events.iter().zip(&encoded).map(|(e, value)| {
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: strata_ingest::headers::EVENT_TYPE,
+                value: Some(e.event_type().as_str()),
+            })
+            .insert(Header {
+                key: strata_ingest::headers::TENANT,
+                value: Some(&e.tenant_id),
+            });
+        FutureRecord::to(&raw_topic)
+            .partition(strata_log::partition_for(e.session_id.as_bytes(), 8) as i32)
+            .key(e.session_id.as_str())
+            .payload(value.as_slice())
+            .headers(headers)
+    });
+    send_in_batches(&producer, records).await?;
     let raw_produce = rate(servers.events, started.elapsed());
 
     let ingestor = Arc::new(Ingestor::new(backends.clone(), IngestOptions::default()));
@@ -410,22 +400,12 @@ async fn produce_direct(
             let _ = stopped.await;
         });
     let producing = async {
-        for (chunk, values) in events.chunks(BATCH).zip(encoded.chunks(BATCH)) {
-            let mut deliveries = Vec::with_capacity(chunk.len());
-            for (e, value) in chunk.iter().zip(values) {
-                let record = FutureRecord::to(&inbound_topic)
-                    .key(&e.session_id)
-                    .payload(value);
-                deliveries.push(
-                    producer
-                        .send_result(record)
-                        .map_err(|(e, _)| anyhow::anyhow!("enqueue: {e}"))?,
-                );
-            }
-            for d in deliveries {
-                d.await?.map_err(|(e, _)| anyhow::anyhow!("deliver: {e}"))?;
-            }
-        }
+        let records = events.iter().zip(&encoded).map(|(e, value)| {
+            FutureRecord::to(&inbound_topic)
+                .key(e.session_id.as_str())
+                .payload(value.as_slice())
+        });
+        send_in_batches(producer, records).await?;
         let target = before + servers.events;
         while in_log(backends.log.end_offsets().await?) < target {
             anyhow::ensure!(
@@ -448,6 +428,29 @@ async fn produce_direct(
         stats.dead_letters
     );
     Ok(rate(servers.events, elapsed))
+}
+
+/// Sends `records` with `producer` in batches of [`BATCH`], each batch delivered before the next
+/// is sent (as a platform that waits for its acknowledgements does).
+async fn send_in_batches<'a>(
+    producer: &FutureProducer,
+    records: impl Iterator<Item = FutureRecord<'a, str, [u8]>>,
+) -> anyhow::Result<()> {
+    let mut records = records.peekable();
+    while records.peek().is_some() {
+        let mut deliveries = Vec::with_capacity(BATCH);
+        for record in records.by_ref().take(BATCH) {
+            deliveries.push(
+                producer
+                    .send_result(record)
+                    .map_err(|(e, _)| anyhow::anyhow!("enqueue: {e}"))?,
+            );
+        }
+        for d in deliveries {
+            d.await?.map_err(|(e, _)| anyhow::anyhow!("deliver: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 async fn two_members(
