@@ -17,10 +17,10 @@ pub mod scenario;
 use std::future::Future;
 
 pub use strata_core::compaction::planner::{
-    budget_of, compaction_event, compaction_event_id, CompactorOptions, Planner, ACTOR,
+    budget_of, budget_of_window, compaction_event, compaction_event_id, CompactorOptions, Planner,
+    ACTOR,
 };
 use strata_core::compaction::{compact, CompactionRecord, DeterministicSummarizer};
-use strata_core::payload::Payload;
 use strata_core::projection::lineage_contains;
 use strata_core::tokens::{O200k, TokenCounter};
 use strata_core::Event;
@@ -159,12 +159,19 @@ pub async fn session_events(
         .await?)
 }
 
+/// Most events one explicit compaction reads from the projections. A longer uncompacted history
+/// is compacted a part at a time: each call summarises the oldest of it, and the next call goes
+/// on from that record's cut (so that the memory and time of one call stay bounded, whatever
+/// the session's length).
+pub const COMPACT_MAX_EVENTS: usize = 20_000;
+
 /// An explicit compaction of a session's branch (`strata compact`, `POST .../compact`): reads
-/// the branch's history from the projections (a fork's includes its ancestors' events up to the
-/// fork point), compacts after the branch's latest successful compaction (keeping `keep_turns`
-/// user turns, or, when they are long, the newest steps that fit in the compactor's default
-/// share of the session's budget), appends the record (successful or failed) and returns it.
-/// `None` when there is nothing to compact.
+/// the branch's history from the projections from the branch's latest successful compaction's
+/// cut on (a fork's includes its ancestors' events up to the fork point), at most
+/// [`COMPACT_MAX_EVENTS`] events, compacts it (keeping `keep_turns` user turns, or, when they
+/// are long, the newest steps that fit in the compactor's default share of the session's
+/// budget), appends the record (successful or failed) and returns it. `None` when there is
+/// nothing to compact.
 #[tracing::instrument(
     name = "compactor.compact_session",
     skip(backends, ingestor),
@@ -178,33 +185,66 @@ pub async fn compact_session(
     branch: &str,
     keep_turns: usize,
 ) -> Result<Option<CompactionRecord>, Error> {
+    compact_session_within(
+        backends,
+        ingestor,
+        tenant,
+        session,
+        branch,
+        keep_turns,
+        COMPACT_MAX_EVENTS,
+    )
+    .await
+}
+
+/// [`compact_session`] reading at most `max_events` events.
+pub async fn compact_session_within(
+    backends: &Backends,
+    ingestor: &Ingestor,
+    tenant: &str,
+    session: &str,
+    branch: &str,
+    keep_turns: usize,
+    max_events: usize,
+) -> Result<Option<CompactionRecord>, Error> {
+    let not_found = || Error::NotFound(format!("session {session:?} has no branch {branch:?}"));
     let lineage = backends
         .store
         .session_fold(tenant, session)
         .await?
         .and_then(|fold| fold.lineage(branch))
-        .ok_or_else(|| Error::NotFound(format!("session {session:?} has no branch {branch:?}")))?;
-    let events: Vec<Event> = session_events(backends, tenant, session)
+        .ok_or_else(not_found)?;
+    // The snapshot's compaction is the branch's latest successful one; one message of window
+    // keeps the read small.
+    let snapshot = backends
+        .store
+        .snapshot(tenant, session, branch, None, 1)
+        .await?
+        .ok_or_else(not_found)?;
+    let previous = snapshot.compaction;
+    // Events before the previous cut are never needed again: the record stands in for them.
+    let after = previous
+        .as_ref()
+        .map_or(0, |p| p.first_kept_seq.saturating_sub(1));
+    let events: Vec<Event> = backends
+        .store
+        .events_between(tenant, session, after, u64::MAX, max_events)
         .await?
         .into_iter()
-        .filter(|e| match &e.payload {
-            // A compaction stands in for the branch it was made for, not for its forks.
-            Payload::CompactionCompleted(_) => e.branch_id == branch,
-            _ => lineage_contains(&lineage, &e.branch_id, e.seq),
-        })
+        .filter(|e| !e.is_derived() && lineage_contains(&lineage, &e.branch_id, e.seq))
         .collect();
-    let previous = events
-        .iter()
-        .filter_map(|e| match &e.payload {
-            Payload::CompactionCompleted(p) => CompactionRecord::from_payload(p),
-            _ => None,
-        })
-        .rfind(CompactionRecord::succeeded);
+    let budget = match snapshot.session_started_event_id {
+        Some(_) => budget_of_window(
+            snapshot.context_window_tokens,
+            snapshot.reserved_output_tokens,
+        ),
+        None => budget_of(&events),
+    };
     let rule = CompactorOptions {
         keep_turns,
         ..CompactorOptions::default()
     }
-    .cut_rule(budget_of(&events));
+    .cut_rule(budget);
     let Some(record) = compact(
         &events,
         previous.as_ref(),

@@ -386,3 +386,75 @@ async fn a_forked_branch_is_compacted_over_its_own_history() {
         "{unknown}"
     );
 }
+
+/// An explicit compaction reads a bounded part of the session: from the branch's latest
+/// compaction's cut on, at most so many events. A history longer than that is compacted a part
+/// at a time, each record going on from the one before, none summarising an event twice or
+/// skipping one; and the result reads the same as the whole history compacted at once would
+/// cover.
+#[tokio::test]
+async fn an_explicit_compaction_reads_a_bounded_part_and_goes_on_from_its_last_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = BackendOpts {
+        fsync: FsyncPolicy::Never,
+        ..BackendOpts::embedded(dir.path())
+    };
+    let backends = Backends::open(&opts, "test").await.unwrap();
+    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+    ingestor
+        .ingest_json(&Publisher::Operator, coding_session("t", "s", 24))
+        .await
+        .unwrap();
+    strata_projector::catch_up(&backends).await.unwrap();
+    let total = strata_compactor::session_events(&backends, "t", "s")
+        .await
+        .unwrap()
+        .len() as u64;
+    const MAX: usize = 40;
+    let mut records = Vec::new();
+    while let Some(r) =
+        strata_compactor::compact_session_within(&backends, &ingestor, "t", "s", "main", 1, MAX)
+            .await
+            .unwrap()
+    {
+        strata_projector::catch_up(&backends).await.unwrap();
+        assert!(r.succeeded(), "{:?}", r.check.failures);
+        records.push(r);
+        assert!(records.len() < 50, "compaction does not converge");
+    }
+    assert!(records.len() >= 3, "{} records", records.len());
+    for pair in records.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        // Each part starts where the one before left off, and reads no further than the bound.
+        assert_eq!(
+            b.provenance.previous_compaction_id.as_deref(),
+            Some(a.compaction_id.as_str())
+        );
+        assert_eq!(b.first_seq, records[0].first_seq);
+        let first_new = b.provenance.source_event_ids.first().unwrap();
+        assert_eq!(first_new, &a.first_kept_event_id);
+        assert!(
+            b.last_seq < a.first_kept_seq + MAX as u64,
+            "{} {}",
+            b.last_seq,
+            a.first_kept_seq
+        );
+    }
+    let summarised: Vec<&String> = records
+        .iter()
+        .flat_map(|r| &r.provenance.source_event_ids)
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = summarised.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        summarised.len(),
+        "an event summarised twice"
+    );
+    // The last record keeps only the newest turn: the history up to it is summarised.
+    let last = records.last().unwrap();
+    assert!(
+        last.first_kept_seq + 40 > total,
+        "{} of {total}",
+        last.first_kept_seq
+    );
+}

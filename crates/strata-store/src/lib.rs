@@ -237,12 +237,28 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
         session: &str,
         at: u64,
     ) -> Result<Vec<strata_core::Event>> {
+        self.events_between(tenant, session, 0, at, usize::MAX)
+            .await
+    }
+
+    /// At most `limit` of the session's events with `after < seq <= at`, in seq order, read
+    /// back as events page by page (a stored event that no longer parses is left out with a
+    /// warning, as in [`ProjectionStore::events_through`]). A reader that must stay bounded
+    /// (an explicit compaction) reads through this.
+    async fn events_between(
+        &self,
+        tenant: &str,
+        session: &str,
+        mut after: u64,
+        at: u64,
+        limit: usize,
+    ) -> Result<Vec<strata_core::Event>> {
         const PAGE: u32 = 1000;
         let mut out = Vec::new();
-        let mut after = 0;
-        while after < at {
-            let page = self.events(tenant, session, after, PAGE).await?;
-            let (full, before) = (page.len() == PAGE as usize, after);
+        while after < at && out.len() < limit {
+            let want = PAGE.min(u32::try_from(limit - out.len()).unwrap_or(PAGE));
+            let page = self.events(tenant, session, after, want).await?;
+            let (full, before) = (page.len() == want as usize, after);
             for value in page {
                 let seq = value.get("seq").and_then(Value::as_u64).unwrap_or(0);
                 if seq > at {

@@ -57,8 +57,13 @@ pub fn budget_of<'e>(events: impl IntoIterator<Item = &'e Event>) -> u64 {
 }
 
 fn session_budget(p: &crate::payload::SessionStarted) -> u64 {
-    u64::from(p.context_window_tokens)
-        .saturating_sub(p.reserved_output_tokens.into())
+    budget_of_window(p.context_window_tokens, p.reserved_output_tokens)
+}
+
+/// A session's budget from its window and the output it reserves.
+pub fn budget_of_window(context_window_tokens: u32, reserved_output_tokens: u32) -> u64 {
+    u64::from(context_window_tokens)
+        .saturating_sub(reserved_output_tokens.into())
         .max(1)
 }
 
