@@ -9,7 +9,8 @@
 //! step (in the model's own words and calls, and in the user's requests), plus definitions,
 //! failures and `path:line` hits; the raw bytes stay one rehydration away.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::rehydration::WORKING_SET_REASON;
 use super::{is_salient, AssemblyRequest, RehydrationDecision, TimelineMessage, ToolPair};
@@ -267,10 +268,10 @@ pub(super) fn file_view_result(
     rehydrated: Option<&str>,
     path: &str,
     seq: u64,
-    salience: &Salience,
+    aging: &Aging<'_>,
 ) -> String {
     let Some(raw) = rehydrated.or(c.output.as_deref()) else {
-        return aged_result(c, seq, salience);
+        return aged_result(c, seq, aging);
     };
     let mut out = format!("[the newest read of {path}, a file in play: as returned]\n");
     let cut = raw
@@ -289,7 +290,12 @@ pub(super) fn file_view_result(
         "[… {} more characters; their evidence lines:]\n",
         rest.len()
     ));
-    out.push_str(&evidence_lines(rest, seq, salience, EVIDENCE_MAX_LINES));
+    out.push_str(&evidence_lines(
+        rest,
+        seq,
+        &aging.salience,
+        EVIDENCE_MAX_LINES,
+    ));
     out
 }
 
@@ -350,42 +356,64 @@ pub(super) fn evidence_lines(
     salience: &Salience,
     max_lines: usize,
 ) -> String {
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .take(EVIDENCE_SCAN_LINES)
-        .collect();
+    let lines = evidence_candidates(text);
     let mut ranked: Vec<(usize, usize)> = lines
         .iter()
         .enumerate()
         .skip(1)
         .filter_map(|(i, l)| {
-            let score = 3 * salience.mentioned_after(l, seq).min(3)
-                + 2 * usize::from(is_salient(l))
-                + 2 * usize::from(is_definition(l))
-                + usize::from(is_location(l));
+            let score = 3 * salience.mentioned_after(l, seq).min(3) + shape_score(l);
             (score > 0).then_some((score, i))
         })
         .collect();
     ranked.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    let mut keep: Vec<usize> = Vec::new();
-    keep.extend((!lines.is_empty()).then_some(0));
-    keep.extend(lines.len().saturating_sub(1)..lines.len());
-    let mut chars: usize = keep
-        .iter()
-        .map(|i| lines[*i].len().min(EVIDENCE_LINE_CHARS))
-        .sum();
+    let mut keep = first_and_last(&lines);
+    let mut chars: usize = keep.iter().map(|i| line_chars(lines[*i])).sum();
     for (_, i) in ranked {
         if keep.len() >= max_lines {
             break;
         }
-        let len = lines[i].len().min(EVIDENCE_LINE_CHARS);
+        let len = line_chars(lines[i]);
         if chars + len > EVIDENCE_MAX_CHARS {
             continue;
         }
         chars += len;
         keep.push(i);
     }
+    render_kept(&lines, keep)
+}
+
+/// The non-empty lines of a text scanned for evidence.
+fn evidence_candidates(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(EVIDENCE_SCAN_LINES)
+        .collect()
+}
+
+/// How much a line's shape alone says it matters: a failure, a definition, a `path:line` hit.
+fn shape_score(line: &str) -> usize {
+    2 * usize::from(is_salient(line))
+        + 2 * usize::from(is_definition(line))
+        + usize::from(is_location(line))
+}
+
+/// The characters a kept line costs.
+fn line_chars(line: &str) -> usize {
+    line.len().min(EVIDENCE_LINE_CHARS)
+}
+
+/// The first and the last line, always kept: what ran and how it ended.
+fn first_and_last(lines: &[&str]) -> Vec<usize> {
+    let mut keep: Vec<usize> = Vec::new();
+    keep.extend((!lines.is_empty()).then_some(0));
+    keep.extend(lines.len().saturating_sub(1)..lines.len());
+    keep.dedup();
+    keep
+}
+
+/// The kept lines in their order, each cut past [`EVIDENCE_LINE_CHARS`]; a gap is `…`.
+fn render_kept(lines: &[&str], mut keep: Vec<usize>) -> String {
     keep.sort_unstable();
     keep.dedup();
     let mut out = String::new();
@@ -401,10 +429,112 @@ pub(super) fn evidence_lines(
     out.trim_end().to_owned()
 }
 
+/// Under [`super::POLICY_VERSION_NOVEL`], most lines kept of an aged output, and their
+/// characters in all: more than [`EVIDENCE_MAX_LINES`], since every line kept past the first and
+/// last must name something the context does not already carry.
+const NOVEL_MAX_LINES: usize = 8;
+const NOVEL_MAX_CHARS: usize = 700;
+
+/// The names a text carries, as a later step would refer back to them: its code-like terms
+/// ([`code_terms`]) and its numbers of three digits or more.
+fn names<'t>(text: &'t str, each: &mut dyn FnMut(&'t str)) {
+    code_terms(text, each);
+    text.split(|c: char| !c.is_ascii_digit())
+        .filter(|n| n.len() >= 3)
+        .for_each(each);
+}
+
+/// The names a context carries so far.
+#[derive(Debug, Default)]
+pub(super) struct Covered(HashSet<String>);
+
+impl Covered {
+    pub(super) fn add(&mut self, text: &str) {
+        names(text, &mut |n| {
+            if !self.0.contains(n) {
+                self.0.insert(n.to_owned());
+            }
+        });
+    }
+
+    fn holds(&self, name: &str) -> bool {
+        self.0.contains(name)
+    }
+}
+
+/// One candidate line of an output: its distinct names, how many of them the session mentioned
+/// later, and its shape.
+struct NovelLine<'t> {
+    names: Vec<&'t str>,
+    mentioned_after: usize,
+    shape: usize,
+}
+
+/// The lines of an aged output that add to what the context carries: its first and last, then,
+/// greedily, the line naming the most names `covered` does not hold yet (ranked as
+/// [`evidence_lines`] ranks, a name the session mentioned later first), at most
+/// [`NOVEL_MAX_LINES`] and [`NOVEL_MAX_CHARS`]; a line adding nothing goes only for its shape
+/// (a failure, a definition). What it keeps is added to `covered`, so an older output does not
+/// repeat what a newer one already shows.
+pub(super) fn novel_evidence_lines(
+    text: &str,
+    seq: u64,
+    salience: &Salience,
+    covered: &mut Covered,
+) -> String {
+    let lines = evidence_candidates(text);
+    let mut candidates: Vec<(usize, NovelLine<'_>)> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let mut line_names: Vec<&str> = Vec::new();
+            names(l, &mut |n| {
+                if !line_names.contains(&n) {
+                    line_names.push(n);
+                }
+            });
+            let shape = shape_score(l);
+            (!line_names.is_empty() || shape > 0).then(|| {
+                let mentioned_after = salience.mentioned_after(l, seq).min(3);
+                let line = NovelLine {
+                    names: line_names,
+                    mentioned_after,
+                    shape,
+                };
+                (i, line)
+            })
+        })
+        .collect();
+    let mut kept = first_and_last(&lines);
+    let mut chars: usize = kept.iter().map(|i| line_chars(lines[*i])).sum();
+    for i in &kept {
+        covered.add(lines[*i]);
+    }
+    candidates.retain(|(i, _)| !kept.contains(i));
+    while kept.len() < NOVEL_MAX_LINES {
+        let best = candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, (i, _))| chars + line_chars(lines[*i]) <= NOVEL_MAX_CHARS)
+            .filter_map(|(at, (_, l))| {
+                let novel = l.names.iter().filter(|n| !covered.holds(n)).count();
+                let score = 3 * novel.min(4) + l.mentioned_after + l.shape;
+                (novel > 0 || l.shape >= 2).then_some((score, at))
+            })
+            .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let Some((_, at)) = best else { break };
+        let (i, _) = candidates.remove(at);
+        chars += line_chars(lines[i]);
+        covered.add(lines[i]);
+        kept.push(i);
+    }
+    render_kept(&lines, kept)
+}
+
 /// An aged step's result: its evidence lines, with the handle to rehydrate the rest; a failure
 /// and a short output whole. (Not its tool memory: measured, the memory line cost more than the
 /// evidence it added, and `why_not` finds it.)
-pub(super) fn aged_result(c: &ToolPair, seq: u64, salience: &Salience) -> String {
+pub(super) fn aged_result(c: &ToolPair, seq: u64, aging: &Aging<'_>) -> String {
     if let Some(err) = &c.error {
         return format!(
             "tool failed{}: {err}",
@@ -437,8 +567,26 @@ pub(super) fn aged_result(c: &ToolPair, seq: u64, salience: &Salience) -> String
             ""
         },
     );
-    out.push_str(&evidence_lines(raw, seq, salience, EVIDENCE_MAX_LINES));
+    match aging.novel.get().and_then(|n| n.get(&c.tool_call_id)) {
+        Some(lines) => out.push_str(lines),
+        None => out.push_str(&evidence_lines(
+            raw,
+            seq,
+            &aging.salience,
+            EVIDENCE_MAX_LINES,
+        )),
+    }
     out
+}
+
+/// Whether an aged result goes by its evidence lines (not whole, not as an error).
+fn goes_by_evidence(c: &ToolPair) -> bool {
+    c.error.is_none()
+        && (c.output_ref.is_some()
+            || c.output
+                .as_deref()
+                .or(c.output_preview.as_deref())
+                .is_some_and(|o| o.chars().count() > AGED_INLINE_MAX_CHARS))
 }
 
 /// An aged call's arguments: as made, but each long string (a file's new content, a long
@@ -534,6 +682,9 @@ pub(super) struct Aging<'a> {
     pub file_views: BTreeMap<String, String>,
     /// Outputs of the working set rehydrated in place: raw bytes by call id.
     pub in_place: BTreeMap<String, &'a str>,
+    /// Under [`super::POLICY_VERSION_NOVEL`], the lines each aged result keeps, by call id: set
+    /// once the turns are split ([`Aging::choose_novel_evidence`]).
+    pub novel: OnceCell<BTreeMap<String, String>>,
 }
 
 impl<'a> Aging<'a> {
@@ -570,13 +721,61 @@ impl<'a> Aging<'a> {
             superseded: superseded(&messages),
             file_views: file_views(&messages),
             in_place,
+            novel: OnceCell::new(),
         }
+    }
+
+    /// Chooses, newest first, the lines each aged result keeps so that together they carry the
+    /// most names the rest of the context does not. `covered` holds what the context carries
+    /// whole (what was said, the calls, the verbatim results); `aged` are the aged steps'
+    /// results that go by their evidence lines and may be shown, in any order. A superseded
+    /// result or a file in play goes its own way and is skipped.
+    pub(super) fn choose_novel_evidence(
+        &self,
+        mut covered: Covered,
+        mut aged: Vec<(u64, &ToolPair)>,
+    ) {
+        aged.sort_by_key(|(seq, c)| std::cmp::Reverse((*seq, c.request_seq)));
+        let mut chosen = BTreeMap::new();
+        for (seq, c) in aged {
+            if self.superseded.contains_key(&c.tool_call_id)
+                || self.file_views.contains_key(&c.tool_call_id)
+            {
+                continue;
+            }
+            if !goes_by_evidence(c) {
+                covered.add(c.error.as_deref().or(c.output.as_deref()).unwrap_or(""));
+                continue;
+            }
+            let raw = c
+                .output
+                .as_deref()
+                .or(c.output_preview.as_deref())
+                .unwrap_or_default();
+            let lines = novel_evidence_lines(raw, seq, &self.salience, &mut covered);
+            chosen.insert(c.tool_call_id.clone(), lines);
+        }
+        // Set once per assembly; a second call would choose the same.
+        let _ = self.novel.set(chosen);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Aging<'_> {
+        /// An aging that knows nothing of the session: no salience, nothing superseded.
+        fn plain() -> Self {
+            Aging {
+                salience: Salience::default(),
+                superseded: BTreeMap::new(),
+                file_views: BTreeMap::new(),
+                in_place: BTreeMap::new(),
+                novel: OnceCell::new(),
+            }
+        }
+    }
 
     fn message(seq: u64, text: &str, args: &str) -> TimelineMessage {
         TimelineMessage {
@@ -663,7 +862,7 @@ mod tests {
             None,
             "src/app.py",
             3,
-            &Salience::default(),
+            &Aging::plain(),
         );
         assert!(shown.contains("value_150 = compute(150)"), "{shown}");
         assert!(
@@ -676,7 +875,7 @@ mod tests {
             "{shown}"
         );
         // The file that fell out goes by its evidence lines.
-        let aged = aged_result(&steps[0].tool_calls[0], 1, &Salience::default());
+        let aged = aged_result(&steps[0].tool_calls[0], 1, &Aging::plain());
         assert!(!aged.contains("value_150 ="), "{aged}");
     }
 
@@ -708,5 +907,36 @@ mod tests {
         assert!(short.contains("MiddlewareMixin.__acall__"), "{short}");
         assert!(!short.contains("at length"), "{short}");
         assert!(!short.contains("grep -n"), "{short}");
+    }
+
+    #[test]
+    fn novel_evidence_keeps_the_lines_that_add_a_name_and_not_those_already_carried() {
+        // Two test runs of the same suite: the newer one reports the same failure and a new one.
+        let older = (0..60)
+            .map(|i| format!("tests/test_http.py::test_case_{i} PASSED"))
+            .chain([
+                "tests/test_http.py::test_parse_header FAILED".to_owned(),
+                "E   assert parse_header(b'x') == 4021".to_owned(),
+                "tests/test_cookies.py::test_expiry_window FAILED".to_owned(),
+                "2 failed, 60 passed".to_owned(),
+            ])
+            .collect::<Vec<_>>()
+            .join("\n");
+        let newer = "tests/test_http.py::test_parse_header FAILED\n\
+                     E   assert parse_header(b'x') == 4021\n1 failed, 61 passed";
+        let mut covered = Covered::default();
+        covered.add("Run the suite again; `parse_header` still fails.");
+        let salience = Salience::default();
+        let newest = novel_evidence_lines(newer, 8, &salience, &mut covered);
+        assert!(newest.contains("== 4021"), "{newest}");
+        let oldest = novel_evidence_lines(&older, 3, &salience, &mut covered);
+        // What only the older run shows is kept ...
+        assert!(oldest.contains("test_expiry_window"), "{oldest}");
+        // ... and what the newer run already carries is not said again.
+        assert!(!oldest.contains("== 4021"), "{oldest}");
+        assert!(oldest.lines().count() <= NOVEL_MAX_LINES + 2, "{oldest}");
+        // Each evidence line of its own would spend its lines on passing cases instead.
+        let alone = evidence_lines(&older, 3, &salience, EVIDENCE_MAX_LINES);
+        assert!(alone.contains("== 4021"), "{alone}");
     }
 }

@@ -57,6 +57,10 @@ pub(super) fn collect<'v>(
     let compaction = compacted(cx, visible, omitted);
     fixed.extend(compaction.summary);
     let history = Turns::split(cx, compaction.live);
+    if let Some(a) = cx.aging.filter(|_| cx.policy.novel_evidence) {
+        let (covered, aged) = history.novel_evidence_inputs(cx);
+        a.choose_novel_evidence(covered, aged);
+    }
     let current_steps = history.current_steps(cx);
     fixed.extend(current_request(cx));
     fixed.extend(pending_calls(cx, visible));
@@ -591,6 +595,57 @@ impl<'v> Turns<'v> {
             protected: false,
             order: (2, turn.first().map(|m| m.seq).unwrap_or(0), 0),
         }
+    }
+
+    /// Under [`super::POLICY_VERSION_NOVEL`], what the context carries whole (the system
+    /// prompt, the request, every message and call of the turns that age step by step, the
+    /// results of their newest steps, what a digested turn says whole) and the aged steps'
+    /// results that go by their lines. A withheld result is neither.
+    fn novel_evidence_inputs(&self, cx: &Cx<'_>) -> (aging::Covered, Vec<(u64, &'v ToolPair)>) {
+        let mut covered = aging::Covered::default();
+        covered.add(cx.snapshot.system_prompt.as_deref().unwrap_or_default());
+        covered.add(cx.request.request.as_deref().unwrap_or_default());
+        let Some(keep) = self.keep else {
+            return (covered, Vec::new());
+        };
+        let mut aged = Vec::new();
+        let answered = cx.policy.answered_turns;
+        let stepwise = self.completed[..self.verbatim_count]
+            .iter()
+            .map(|t| (t, answered))
+            .chain(std::iter::once((&self.current, false)));
+        for (turn, answered) in stepwise {
+            for m in turn {
+                covered.add(&m.text);
+                let old = is_step(m)
+                    && self.age(m) >= keep
+                    && !m.tool_calls.iter().any(|c| c.status.is_open());
+                let mode = match (old, answered) {
+                    (true, true) => Rendering::AgedAnswered,
+                    (true, false) => Rendering::Aged,
+                    (false, true) => Rendering::Recent,
+                    (false, false) => Rendering::Current,
+                };
+                for c in &m.tool_calls {
+                    covered.add(&c.args);
+                    if cx.gate.withholds(c.privacy_class) {
+                        continue;
+                    }
+                    let note = cx.notes.get(c.tool_call_id.as_str());
+                    match note.and_then(|n| n.replacement(c, mode)) {
+                        Some(text) => covered.add(&text),
+                        None if old => aged.push((m.seq, c)),
+                        None => covered.add(c.output.as_deref().unwrap_or_default()),
+                    }
+                }
+            }
+        }
+        for m in self.completed[self.verbatim_count..].iter().flatten() {
+            if cx.policy.said_in_digests && !is_step(m) {
+                covered.add(&m.text);
+            }
+        }
+        (covered, aged)
     }
 
     /// The calls of the turns that are candidates whole.

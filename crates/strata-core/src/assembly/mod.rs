@@ -78,6 +78,12 @@ pub const POLICY_VERSION_ANSWERED: &str = "strata.assembly/5";
 /// [`SAID_IN_DIGEST_MAX_CHARS`], the steps between them a line each — what the user and the
 /// model said is what later turns name. The default.
 pub const POLICY_VERSION_SAID: &str = "strata.assembly/6";
+/// [`POLICY_VERSION_SAID`] with aged results chosen together: newest first, each keeps its
+/// first and last line and then the lines that name what the rest of the context does not
+/// already carry (what was said, the calls, the verbatim results, the newer aged results), so
+/// an older output does not repeat a newer one's names and a line naming something new is not
+/// lost to one that repeats.
+pub const POLICY_VERSION_NOVEL: &str = "strata.assembly/7";
 /// Under [`POLICY_VERSION_SAID`], what was said in a digested turn goes whole up to this many
 /// characters (a longer message is digested like the rest).
 pub const SAID_IN_DIGEST_MAX_CHARS: usize = 2_000;
@@ -114,15 +120,14 @@ pub struct AssemblyPolicy {
     /// Whether a digested turn keeps its requests and closing answer whole
     /// ([`POLICY_VERSION_SAID`]).
     pub said_in_digests: bool,
+    /// Under aging, whether aged results keep the lines that add names to the context
+    /// ([`POLICY_VERSION_NOVEL`]) instead of each its own best-ranked lines.
+    pub novel_evidence: bool,
 }
 
 impl Default for AssemblyPolicy {
     fn default() -> Self {
-        AssemblyPolicy {
-            version: POLICY_VERSION_SAID,
-            said_in_digests: true,
-            ..AssemblyPolicy::ANSWERED
-        }
+        AssemblyPolicy::SAID
     }
 }
 
@@ -138,6 +143,21 @@ impl AssemblyPolicy {
         digest_older_turns: true,
         answered_turns: false,
         said_in_digests: false,
+        novel_evidence: false,
+    };
+
+    /// Policy 6 ([`POLICY_VERSION_SAID`]).
+    pub const SAID: AssemblyPolicy = AssemblyPolicy {
+        version: POLICY_VERSION_SAID,
+        said_in_digests: true,
+        ..AssemblyPolicy::ANSWERED
+    };
+
+    /// Policy 7 ([`POLICY_VERSION_NOVEL`]).
+    pub const NOVEL: AssemblyPolicy = AssemblyPolicy {
+        version: POLICY_VERSION_NOVEL,
+        novel_evidence: true,
+        ..AssemblyPolicy::SAID
     };
 
     /// Policy 5 ([`POLICY_VERSION_ANSWERED`]).
@@ -150,9 +170,10 @@ impl AssemblyPolicy {
     };
 
     /// Every known policy, default first.
-    pub fn all() -> [AssemblyPolicy; 6] {
+    pub fn all() -> [AssemblyPolicy; 7] {
         [
             AssemblyPolicy::default(),
+            AssemblyPolicy::NOVEL,
             AssemblyPolicy::ANSWERED,
             AssemblyPolicy::TURNS,
             AssemblyPolicy {
@@ -165,6 +186,7 @@ impl AssemblyPolicy {
                 digest_older_turns: true,
                 answered_turns: false,
                 said_in_digests: false,
+                novel_evidence: false,
             },
             AssemblyPolicy {
                 version: POLICY_VERSION_STEPS,

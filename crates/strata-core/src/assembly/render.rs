@@ -214,8 +214,8 @@ impl MessageRenderer<'_> {
             if self.mode.is_aged() {
                 let raw = a.in_place.get(&c.tool_call_id).copied();
                 return counted(match a.file_views.get(&c.tool_call_id) {
-                    Some(path) => aging::file_view_result(c, raw, path, seq, &a.salience),
-                    None => aging::aged_result(c, seq, &a.salience),
+                    Some(path) => aging::file_view_result(c, raw, path, seq, a),
+                    None => aging::aged_result(c, seq, a),
                 });
             }
             if let Some(raw) = a.in_place.get(&c.tool_call_id) {
