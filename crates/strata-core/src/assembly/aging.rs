@@ -674,6 +674,40 @@ pub(super) fn aged_prose(text: &str, calls: &[&ToolPair]) -> Option<String> {
     dropped.then(|| format!("[older step; what its text named:]\n{}", out.trim_end()))
 }
 
+/// Under [`super::POLICY_VERSION_NOVEL`], most characters of a digested step's text.
+const DIGEST_PROSE_MAX_CHARS: usize = 800;
+
+/// A digested step's text under [`super::POLICY_VERSION_NOVEL`]: its opening up to `head`
+/// characters, then the sentences of the rest that name code (what the model went on to refer
+/// back to: a digest line's first characters rarely hold it), at most
+/// [`DIGEST_PROSE_MAX_CHARS`], on one line.
+pub(super) fn digest_text(text: &str, head: usize) -> String {
+    if text.chars().count() <= head {
+        return text.replace('\n', " ");
+    }
+    let cut = text.char_indices().nth(head).map_or(text.len(), |(i, _)| i);
+    let (opening, rest) = text.split_at(cut);
+    let mut out = format!("{}…", opening.replace('\n', " "));
+    let mut chars = out.chars().count();
+    // Lines and sentences: a list of names is one line each, prose a sentence each.
+    let pieces = rest
+        .lines()
+        .flat_map(|l| l.split_inclusive(". "))
+        .map(str::trim)
+        .filter(|p| names_code(p));
+    for piece in pieces {
+        let piece = truncate_chars(piece, EVIDENCE_LINE_CHARS);
+        let len = piece.chars().count() + 1;
+        if chars + len > DIGEST_PROSE_MAX_CHARS {
+            continue;
+        }
+        chars += len;
+        out.push(' ');
+        out.push_str(&piece);
+    }
+    out
+}
+
 /// The long-turn policy's view of a session while rendering it.
 pub(super) struct Aging<'a> {
     pub salience: Salience,
@@ -685,6 +719,9 @@ pub(super) struct Aging<'a> {
     /// Under [`super::POLICY_VERSION_NOVEL`], the lines each aged result keeps, by call id: set
     /// once the turns are split ([`Aging::choose_novel_evidence`]).
     pub novel: OnceCell<BTreeMap<String, String>>,
+    /// Under [`super::POLICY_VERSION_NOVEL`], digested steps keep the sentences that name code
+    /// ([`digest_text`]).
+    pub digest_prose: bool,
 }
 
 impl<'a> Aging<'a> {
@@ -692,6 +729,7 @@ impl<'a> Aging<'a> {
     pub(super) fn new(
         visible: &[TimelineMessage],
         request: &'a AssemblyRequest,
+        policy: &super::AssemblyPolicy,
         rehydrations: &mut [RehydrationDecision],
     ) -> Self {
         let messages: Vec<&TimelineMessage> = visible.iter().collect();
@@ -722,6 +760,7 @@ impl<'a> Aging<'a> {
             file_views: file_views(&messages),
             in_place,
             novel: OnceCell::new(),
+            digest_prose: policy.novel_evidence,
         }
     }
 
@@ -773,6 +812,7 @@ mod tests {
                 file_views: BTreeMap::new(),
                 in_place: BTreeMap::new(),
                 novel: OnceCell::new(),
+                digest_prose: false,
             }
         }
     }
@@ -938,5 +978,20 @@ mod tests {
         // Each evidence line of its own would spend its lines on passing cases instead.
         let alone = evidence_lines(&older, 3, &salience, EVIDENCE_MAX_LINES);
         assert!(alone.contains("== 4021"), "{alone}");
+    }
+
+    #[test]
+    fn a_digested_step_keeps_the_names_its_text_lists_past_its_opening() {
+        let text = format!(
+            "Here is what the migration touches, {}\n- `be_payees`\n- entities_payee_locations\nI think that is a good start for today.",
+            "as far as I can tell from the schema dump and the notes. ".repeat(4)
+        );
+        let short = digest_text(&text, 160);
+        assert!(short.contains("be_payees"), "{short}");
+        assert!(short.contains("entities_payee_locations"), "{short}");
+        assert!(!short.contains("good start"), "{short}");
+        assert!(!short.contains('\n'), "{short}");
+        assert!(short.chars().count() <= DIGEST_PROSE_MAX_CHARS, "{short}");
+        assert_eq!(digest_text("short\ntext", 160), "short text");
     }
 }

@@ -41,9 +41,9 @@ pub use rehydration::{rehydration_plan, rehydration_plan_with_policy};
 pub use render::preview;
 use render::{data_message, is_salient};
 
-/// Version of the default assembly policy ([`POLICY_VERSION_SAID`]); every assembly records
+/// Version of the default assembly policy ([`POLICY_VERSION_NOVEL`]); every assembly records
 /// its policy's version, part of its identity.
-pub const POLICY_VERSION: &str = POLICY_VERSION_SAID;
+pub const POLICY_VERSION: &str = POLICY_VERSION_NOVEL;
 /// The policy that compresses completed turns and sends the current turn verbatim while the
 /// budget allows (the default until `strata.assembly/5`; selectable for replays and eval).
 pub const POLICY_VERSION_TURNS: &str = "strata.assembly/3";
@@ -127,7 +127,7 @@ pub struct AssemblyPolicy {
 
 impl Default for AssemblyPolicy {
     fn default() -> Self {
-        AssemblyPolicy::SAID
+        AssemblyPolicy::NOVEL
     }
 }
 
@@ -173,7 +173,7 @@ impl AssemblyPolicy {
     pub fn all() -> [AssemblyPolicy; 7] {
         [
             AssemblyPolicy::default(),
-            AssemblyPolicy::NOVEL,
+            AssemblyPolicy::SAID,
             AssemblyPolicy::ANSWERED,
             AssemblyPolicy::TURNS,
             AssemblyPolicy {
@@ -683,7 +683,7 @@ pub fn assemble_with_policy(
     let mut rehydrations = rehydration_plan_with_policy(snapshot, request, &policy);
     let aging = policy
         .aged_steps_after
-        .map(|_| Aging::new(&visible, request, &mut rehydrations));
+        .map(|_| Aging::new(&visible, request, &policy, &mut rehydrations));
     let cx = Cx {
         snapshot,
         request,

@@ -238,7 +238,10 @@ impl MessageRenderer<'_> {
             "[{} @{}] {}",
             m.role,
             m.seq,
-            truncate_chars(&m.text.replace('\n', " "), DIGEST_TEXT_CHARS)
+            match self.aging.filter(|a| a.digest_prose) {
+                Some(_) => aging::digest_text(&m.text, DIGEST_TEXT_CHARS),
+                None => truncate_chars(&m.text.replace('\n', " "), DIGEST_TEXT_CHARS),
+            }
         );
         for c in m.tool_calls.iter().filter(|c| !c.status.is_open()) {
             sources.push(c.request_event_id.clone());
