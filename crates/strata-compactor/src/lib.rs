@@ -17,14 +17,18 @@ pub mod scenario;
 use std::future::Future;
 
 pub use strata_core::compaction::planner::{
-    budget_of, budget_of_window, compaction_event, compaction_event_id, CompactorOptions, Planner,
-    ACTOR,
+    budget_of, budget_of_window, compaction_event, compaction_event_id, CompactorOptions,
+    HistoryWanted, Planner, PlannerLimits, Restored, ACTOR,
 };
 use strata_core::compaction::{compact, CompactionRecord, DeterministicSummarizer};
 use strata_core::projection::lineage_contains;
 use strata_core::tokens::{O200k, TokenCounter};
 use strata_core::Event;
-use strata_ingest::derive::{run_deriving, run_deriving_until_caught_up, DeriveError};
+use strata_core::MAIN_BRANCH;
+use strata_ingest::derive::{
+    projected_through, run_deriving, run_deriving_until_caught_up, DeriveError, Deriver,
+    RESTORE_WAIT,
+};
 use strata_ingest::{Ingestor, Publisher};
 use strata_runtime::follow::{CountsByType, FollowStats};
 use strata_runtime::Backends;
@@ -81,10 +85,7 @@ pub async fn run_with(
     planner: &mut Planner,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(FollowStats, CountsByType), Error> {
-    let result = run_deriving(backends, group, shutdown, |event, replaying, counts| {
-        derive_compaction(planner, event, replaying, counts)
-    })
-    .await?;
+    let result = run_deriving(backends, group, shutdown, Planning { backends, planner }).await?;
     tracing::info!(group, events = result.0.events, "compactor stopped");
     Ok(result)
 }
@@ -108,16 +109,98 @@ pub async fn catch_up_with(
     group: &str,
     planner: &mut Planner,
 ) -> Result<(FollowStats, CountsByType), Error> {
-    let result = run_deriving_until_caught_up(backends, group, |event, replaying, counts| {
-        derive_compaction(planner, event, replaying, counts)
-    })
-    .await?;
+    let result =
+        run_deriving_until_caught_up(backends, group, Planning { backends, planner }).await?;
     tracing::debug!(
         group,
         events = result.0.events,
         "compactor caught up with the log"
     );
     Ok(result)
+}
+
+/// The compactor's [`Deriver`]: the planner, with a session's history it does not hold (never
+/// seen, evicted under its [`PlannerLimits`], or past its per-session limit) read back from the
+/// projections first.
+struct Planning<'a> {
+    backends: &'a Backends,
+    planner: &'a mut Planner,
+}
+
+impl Deriver for Planning<'_> {
+    async fn derive(
+        &mut self,
+        event: &Event,
+        replaying: bool,
+        counts: &mut CountsByType,
+    ) -> Vec<Event> {
+        if let Some(wanted) = self.planner.history_wanted(event) {
+            match read_history(self.backends, &wanted).await {
+                Ok(restored) => self.planner.restore(&wanted, restored),
+                Err(e) => {
+                    tracing::warn!(tenant = %wanted.tenant_id, session = %wanted.session_id,
+                        error = %e, "could not read the session's history back; \
+                        not compacting it until a read succeeds");
+                    self.planner.restore_failed(&wanted);
+                }
+            }
+            *counts.entry("restored").or_default() += 1;
+        }
+        derive_compaction(self.planner, event, replaying, counts)
+    }
+}
+
+/// Reads what `wanted` asks for from the projections: the main branch's events after the given
+/// seq, or, without one, its latest successful compaction, the session's budget and the events
+/// from that compaction's cut (at most [`COMPACT_MAX_EVENTS`] of them, oldest first, as an
+/// explicit compaction reads).
+async fn read_history(
+    backends: &Backends,
+    wanted: &HistoryWanted,
+) -> Result<Restored, strata_store::Error> {
+    let (tenant, session) = (wanted.tenant_id.as_str(), wanted.session_id.as_str());
+    projected_through(backends, tenant, session, wanted.through_seq, RESTORE_WAIT).await?;
+    let mut restored = Restored::default();
+    let after = match wanted.after_seq {
+        Some(after) => after,
+        None => {
+            let snapshot = backends
+                .store
+                .snapshot(tenant, session, MAIN_BRANCH, None, 1)
+                .await?;
+            if let Some(snapshot) = snapshot {
+                restored.budget = snapshot.session_started_event_id.is_some().then(|| {
+                    budget_of_window(
+                        snapshot.context_window_tokens,
+                        snapshot.reserved_output_tokens,
+                    )
+                });
+                // A compaction past the event being derived (projections ahead of a replay)
+                // is not this point's.
+                restored.previous = snapshot
+                    .compaction
+                    .filter(|c| c.first_kept_seq <= wanted.through_seq + 1);
+            }
+            restored
+                .previous
+                .as_ref()
+                .map_or(0, |p| p.first_kept_seq.saturating_sub(1))
+        }
+    };
+    restored.events = backends
+        .store
+        .events_between(
+            tenant,
+            session,
+            after,
+            wanted.through_seq,
+            COMPACT_MAX_EVENTS,
+        )
+        .await?
+        .into_iter()
+        .filter(|e| e.branch_id == MAIN_BRANCH)
+        .collect();
+    Ok(restored)
 }
 
 /// The compactor's observer: the planner's record for `event`, as the event to append (none

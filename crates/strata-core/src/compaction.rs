@@ -1070,6 +1070,133 @@ mod tests {
         }
     }
 
+    /// A session of one long turn, under session id `session`.
+    fn long_session(session: &str, steps: usize) -> Vec<Event> {
+        let mut events = vec![ev(
+            0,
+            "SessionStarted",
+            json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 40_000,
+                "reserved_output_tokens": 4_000}),
+        )];
+        for mut e in long_turn(steps) {
+            e.seq = Some(e.seq.unwrap() + 1);
+            e.event_id = format!("x{}", e.event_id);
+            events.push(e);
+        }
+        for e in &mut events {
+            e.session_id = session.into();
+        }
+        events
+    }
+
+    /// What the projections would answer for `wanted`, given the session's events and the
+    /// compactions recorded so far.
+    fn read_back(
+        wanted: &planner::HistoryWanted,
+        events: &[Event],
+        records: &[CompactionRecord],
+    ) -> planner::Restored {
+        let previous = match wanted.after_seq {
+            None => records.last().cloned(),
+            Some(_) => None,
+        };
+        let after = wanted
+            .after_seq
+            .or_else(|| previous.as_ref().map(|p| p.first_kept_seq - 1))
+            .unwrap_or(0);
+        planner::Restored {
+            budget: wanted
+                .after_seq
+                .is_none()
+                .then(|| planner::budget_of(events)),
+            previous,
+            events: events
+                .iter()
+                .filter(|e| (after + 1..=wanted.through_seq).contains(&e.seq.unwrap()))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn an_evicted_session_restored_from_its_history_compacts_as_if_it_had_been_held() {
+        let (a, b) = (long_session("a", 300), long_session("b", 300));
+        let mut alone = planner::Planner::new(planner::CompactorOptions::default());
+        let want: Vec<String> = a
+            .iter()
+            .filter_map(|e| alone.observe(e))
+            .map(|r| r.compaction_id)
+            .collect();
+        assert!(want.len() >= 2);
+
+        // One session held at a time: every switch evicts the other.
+        let mut planner = planner::Planner::new(planner::CompactorOptions::default()).with_limits(
+            planner::PlannerLimits {
+                sessions: 1,
+                ..Default::default()
+            },
+        );
+        let mut records: std::collections::BTreeMap<&str, Vec<CompactionRecord>> =
+            Default::default();
+        let mut restores = 0;
+        for (ea, eb) in a.iter().zip(&b) {
+            for (e, all) in [(ea, &a), (eb, &b)] {
+                let done = records.entry(e.session_id.as_str()).or_default();
+                if let Some(w) = planner.history_wanted(e) {
+                    restores += 1;
+                    planner.restore(&w, read_back(&w, all, done));
+                }
+                if let Some(r) = planner.observe(e) {
+                    done.push(r);
+                }
+            }
+        }
+        assert!(restores > 500, "{restores} restores");
+        assert!(planner.evicted() > 500);
+        let got: Vec<String> = records["a"]
+            .iter()
+            .map(|r| r.compaction_id.clone())
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_session_whose_compactions_fail_holds_at_most_its_limit_of_events() {
+        let events = long_session("s", 400);
+        let failing = Forgetful(|s| s.next_steps.clear());
+        let mut planner = planner::Planner::with_summarizer(
+            planner::CompactorOptions::default(),
+            Box::new(failing),
+        )
+        .with_limits(planner::PlannerLimits {
+            session_events: 50,
+            ..Default::default()
+        });
+        let mut failed = 0;
+        for e in &events {
+            assert_eq!(
+                planner.history_wanted(e),
+                None,
+                "nothing to read back while failing"
+            );
+            failed += planner
+                .observe(e)
+                .filter(|r| !r.succeeded())
+                .map_or(0, |_| 1);
+        }
+        assert!(failed >= 1);
+        let most = events
+            .iter()
+            .take(50)
+            .map(|e| event_tokens(e, &O200k) * 4 + 512)
+            .sum::<u64>();
+        assert!(
+            planner.held_bytes() as u64 <= most,
+            "{} > {most}",
+            planner.held_bytes()
+        );
+    }
+
     #[derive(Debug)]
     struct Forgetful(fn(&mut Summary));
     impl Summarizer for Forgetful {

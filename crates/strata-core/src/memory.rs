@@ -30,6 +30,10 @@ use crate::event::{format_timestamp, Event};
 use crate::payload::{FreshnessClass, MemoryRecorded, MemorySuperseded, Payload, PrivacyClass};
 use crate::projection::truncate_chars;
 
+mod held;
+pub use held::MemoryLimits;
+use held::{Indexed, OpenCall};
+
 /// Version of the default extractors; part of every memory's provenance and id.
 pub const EXTRACTOR_VERSION: &str = "strata.extract/1";
 /// Largest summary text of a tool memory, in characters.
@@ -907,28 +911,12 @@ pub fn canonical_args(v: &Value) -> String {
     sort(v).to_string()
 }
 
-#[derive(Debug, Clone)]
-struct OpenCall {
-    name: String,
-    args: Value,
-    request_event_id: String,
-}
-
-/// An indexed memory: what later observations are compared with.
-#[derive(Debug, Clone)]
-struct Indexed {
-    memory_id: String,
-    provenance_key: String,
-    value_digest: String,
-    subject: String,
-    /// Scalar fields of a structured observation (an API response), compared field by field.
-    fields: BTreeMap<String, String>,
-    superseded: bool,
-}
-
 /// Scalar fields of a memory's structured payload, without identifiers and timestamps (which
 /// differ between sources without the facts disagreeing).
-fn comparable_fields(data: &Value) -> BTreeMap<String, String> {
+fn comparable_fields(data: &Value) -> BTreeMap<String, u64> {
+    /// Fields compared per memory, and the longest name kept: an entry's size stays bounded.
+    const MAX_FIELDS: usize = 32;
+    const MAX_NAME: usize = 64;
     data.get("fields")
         .and_then(Value::as_object)
         .map(|o| {
@@ -940,7 +928,8 @@ fn comparable_fields(data: &Value) -> BTreeMap<String, String> {
                         || k.contains("time")
                         || k.contains("date"))
                 })
-                .map(|(k, v)| (k.clone(), v.to_string()))
+                .take(MAX_FIELDS)
+                .map(|(k, v)| (truncate_chars(k, MAX_NAME), held::digest(&v.to_string())))
                 .collect()
         })
         .unwrap_or_default()
@@ -968,18 +957,8 @@ fn disagree(a: &Indexed, b: &Indexed) -> bool {
 #[derive(Debug)]
 pub struct MemoryEngine {
     extractors: Vec<Box<dyn Extractor>>,
-    /// (tenant, session) → project.
-    projects: BTreeMap<(String, String), String>,
-    /// (tenant, session) → the platform's end user it serves, when it says.
-    users: BTreeMap<(String, String), String>,
-    /// (tenant, session) → how its unlabelled outputs are classed.
-    privacy: BTreeMap<(String, String), crate::privacy::PrivacyDefaults>,
-    /// (tenant, session, tool_call_id) → the call.
-    open_calls: BTreeMap<(String, String, String), OpenCall>,
-    /// (tenant, project) → memories, in order.
-    index: BTreeMap<(String, String), Vec<Indexed>>,
-    /// Memory ids already recorded (by this engine or read from the log).
-    known: std::collections::BTreeSet<String>,
+    /// Sessions' context and projects' memories, bounded by [`MemoryLimits`].
+    held: held::Held,
 }
 
 impl Default for MemoryEngine {
@@ -1022,132 +1001,157 @@ impl Derived {
 impl MemoryEngine {
     /// An engine trying `extractors` in order (the first that answers wins).
     pub fn new(extractors: Vec<Box<dyn Extractor>>) -> Self {
+        Self::with_limits(extractors, MemoryLimits::default())
+    }
+
+    /// [`MemoryEngine::new`] holding at most what `limits` allow.
+    pub fn with_limits(extractors: Vec<Box<dyn Extractor>>, limits: MemoryLimits) -> Self {
         Self {
             extractors,
-            projects: BTreeMap::new(),
-            privacy: BTreeMap::new(),
-            users: BTreeMap::new(),
-            open_calls: BTreeMap::new(),
-            index: BTreeMap::new(),
-            known: Default::default(),
+            held: held::Held::new(limits),
         }
     }
 
     /// The project of a session: `project_id` of its `SessionStarted`, else its repo root, else
     /// its working directory, else the session itself.
     pub fn project_of(&self, tenant: &str, session: &str) -> String {
-        self.projects
-            .get(&(tenant.to_owned(), session.to_owned()))
-            .cloned()
+        self.held
+            .peek_session(tenant, session)
+            .and_then(|s| s.project.clone())
             .unwrap_or_else(|| format!("session:{session}"))
     }
 
-    /// Memories recorded so far.
+    /// Memories held for comparison with new ones, over all projects.
     pub fn memory_count(&self) -> usize {
-        self.known.len()
+        self.held.indexed()
+    }
+
+    /// Sessions and projects evicted so far under the engine's limits.
+    pub fn evictions(&self) -> (u64, u64) {
+        (self.held.evicted_sessions, self.held.evicted_projects)
+    }
+
+    /// Whether observing `event` needs the session's context first: the engine does not hold
+    /// its session (never seen, or evicted under the limits) and the event is one whose
+    /// derivation depends on it. A service then reads the session's start and open calls from
+    /// the projections and hands them to [`MemoryEngine::restore_session`].
+    pub fn needs_session(&self, event: &Event) -> bool {
+        let depends = matches!(
+            event.payload,
+            Payload::ToolCallFinished(_)
+                | Payload::ToolCallFailed(_)
+                | Payload::FileWritten(_)
+                | Payload::DiffApplied(_)
+                | Payload::UserPromptSubmitted(_)
+                | Payload::ModelResponseReceived(_)
+                | Payload::ToolCallRequested(_)
+                | Payload::MemorySuperseded(_)
+        );
+        depends && !self.held.holds_session(&event.tenant_id, &event.session_id)
+    }
+
+    /// Restores a session's context read back from the projections: its `SessionStarted`
+    /// (when it has one) and its most recent events before the one being derived, oldest first,
+    /// from which the tool calls still open at that point are taken (a call requested before
+    /// them is not restored: its result then derives no memory).
+    pub fn restore_session(
+        &mut self,
+        tenant: &str,
+        session: &str,
+        started: Option<&crate::payload::SessionStarted>,
+        recent: &[Event],
+    ) {
+        match started {
+            Some(p) => self.start_session(tenant, session, p),
+            None => {
+                self.held.session(tenant, session);
+            }
+        }
+        for e in recent {
+            match &e.payload {
+                Payload::ModelResponseReceived(p) => {
+                    for c in &p.tool_calls {
+                        let (name, args) = (c.name.clone(), c.args.clone());
+                        self.hold_call(tenant, session, &c.tool_call_id, name, args, &e.event_id);
+                    }
+                }
+                Payload::ToolCallRequested(p) => {
+                    let (name, args) = (p.name.clone(), p.args.clone());
+                    self.hold_call(tenant, session, &p.tool_call_id, name, args, &e.event_id);
+                }
+                Payload::ToolCallFinished(p) => {
+                    self.held.close_call(tenant, session, &p.tool_call_id);
+                }
+                Payload::ToolCallFailed(p) => {
+                    self.held.close_call(tenant, session, &p.tool_call_id);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn start_session(&mut self, tenant: &str, session: &str, p: &crate::payload::SessionStarted) {
+        let state = self.held.session(tenant, session);
+        state.project = Some(project_of_start(p, session));
+        state.privacy = crate::privacy::PrivacyDefaults::folded_from(p);
+        state.user = user_of_start(p);
+    }
+
+    fn hold_call(
+        &mut self,
+        tenant: &str,
+        session: &str,
+        id: &str,
+        name: String,
+        args: Value,
+        request_event_id: &str,
+    ) {
+        let call = OpenCall {
+            name,
+            bytes: held::approx_bytes(&args),
+            args,
+            request_event_id: request_event_id.to_owned(),
+        };
+        self.held.open_call(tenant, session, id.to_owned(), call);
     }
 
     /// Folds one event in; returns the payloads to append to the log (in order).
     pub fn observe(&mut self, event: &Event) -> Vec<Derived> {
-        let tenant = event.tenant_id.clone();
-        let session = event.session_id.clone();
+        let (tenant, session) = (event.tenant_id.as_str(), event.session_id.as_str());
         match &event.payload {
             Payload::SessionStarted(p) => {
-                let project = project_of_start(p, &session);
-                let privacy = crate::privacy::PrivacyDefaults::folded_from(p);
-                self.privacy
-                    .insert((tenant.clone(), session.clone()), privacy);
-                if let Some(user) = user_of_start(p) {
-                    self.users.insert((tenant.clone(), session.clone()), user);
-                }
-                self.projects.insert((tenant, session), project);
+                self.start_session(tenant, session, p);
                 vec![]
             }
             Payload::ModelResponseReceived(p) => {
                 for c in &p.tool_calls {
-                    self.open_calls.insert(
-                        (tenant.clone(), session.clone(), c.tool_call_id.clone()),
-                        OpenCall {
-                            name: c.name.clone(),
-                            args: c.args.clone(),
-                            request_event_id: event.event_id.clone(),
-                        },
+                    let (name, args) = (c.name.clone(), c.args.clone());
+                    self.hold_call(
+                        tenant,
+                        session,
+                        &c.tool_call_id,
+                        name,
+                        args,
+                        &event.event_id,
                     );
                 }
                 self.hypotheses(event, &p.text)
             }
             Payload::ToolCallRequested(p) => {
-                self.open_calls
-                    .entry((tenant, session, p.tool_call_id.clone()))
-                    .or_insert(OpenCall {
-                        name: p.name.clone(),
-                        args: p.args.clone(),
-                        request_event_id: event.event_id.clone(),
-                    });
+                let (name, args) = (p.name.clone(), p.args.clone());
+                self.hold_call(
+                    tenant,
+                    session,
+                    &p.tool_call_id,
+                    name,
+                    args,
+                    &event.event_id,
+                );
                 vec![]
             }
-            Payload::ToolCallFinished(p) => {
-                let rule = self.privacy.get(&(tenant.clone(), session.clone()));
-                let stated = p.privacy_class;
-                let Some(call) = self
-                    .open_calls
-                    .remove(&(tenant, session, p.tool_call_id.clone()))
-                else {
-                    return vec![];
-                };
-                let output = p
-                    .output
-                    .as_deref()
-                    .or(p.output_preview.as_deref())
-                    .unwrap_or("");
-                if output.contains(RECALL_MARKER) {
-                    return vec![];
-                }
-                let obs = ToolObservation {
-                    tool: &call.name,
-                    args: &call.args,
-                    output,
-                    is_error: p.is_error,
-                    output_ref: p.output_ref.as_deref(),
-                    output_sha256: p.output_sha256.as_deref(),
-                    output_bytes: p.output_bytes,
-                };
-                let Some((extractor, extracted)) = self
-                    .extractors
-                    .iter()
-                    .find_map(|x| x.extract(&obs).map(|e| (x.name().to_owned(), e)))
-                else {
-                    return vec![];
-                };
-                let privacy = rule
-                    .and_then(|r| r.class_of(stated, &call.name))
-                    .or(stated)
-                    .unwrap_or(PrivacyClass::Internal);
-                let freshness = p.freshness_class.unwrap_or(extracted.freshness);
-                let artifact_refs: Vec<String> = p.output_ref.iter().cloned().collect();
-                let provenance = format!("{}|{}", call.name, canonical_args(&call.args));
-                let mem = self.build(
-                    event,
-                    extracted,
-                    extractor,
-                    provenance,
-                    vec![call.request_event_id.clone(), event.event_id.clone()],
-                    artifact_refs,
-                    Some(p.tool_call_id.clone()),
-                    privacy,
-                    freshness,
-                    if p.is_error {
-                        "tool_error"
-                    } else {
-                        "tool_output"
-                    },
-                    Some(call.name.clone()),
-                );
-                self.record(mem)
-            }
+            Payload::ToolCallFinished(p) => self.tool_result(event, p),
             Payload::ToolCallFailed(p) => {
-                self.open_calls
-                    .remove(&(tenant, session, p.tool_call_id.clone()));
+                self.held.close_call(tenant, session, &p.tool_call_id);
                 vec![]
             }
             Payload::FileWritten(p) => self.file_change(event, &p.path, p.summary.as_deref()),
@@ -1160,15 +1164,22 @@ impl MemoryEngine {
             Payload::MemoryRecorded(p) => {
                 // Our own output (or another instance's): learn it, never extract it.
                 if let Ok(m) = Memory::from_payload(p) {
-                    if !self.known.contains(&m.memory_id) {
+                    if !self.held.knows(&m.tenant_id, &m.project_id, &m.memory_id) {
                         self.learn(&m);
                     }
                 }
                 vec![]
             }
             Payload::MemorySuperseded(p) => {
-                for list in self.index.values_mut() {
-                    for i in list.iter_mut().filter(|i| i.memory_id == p.memory_id) {
+                // Supersession is decided within one project: the superseding memory's, which
+                // is its source session's.
+                let project = self.project_of(tenant, session);
+                if let Some(index) = self.held.project_mut(tenant, &project) {
+                    for i in index
+                        .entries
+                        .iter_mut()
+                        .filter(|i| i.memory_id == p.memory_id)
+                    {
                         i.superseded = true;
                     }
                 }
@@ -1176,6 +1187,68 @@ impl MemoryEngine {
             }
             _ => vec![],
         }
+    }
+
+    /// A tool's result, paired with its open call, as a memory.
+    fn tool_result(&mut self, event: &Event, p: &crate::payload::ToolCallFinished) -> Vec<Derived> {
+        let (tenant, session) = (event.tenant_id.as_str(), event.session_id.as_str());
+        let rule = self
+            .held
+            .peek_session(tenant, session)
+            .map(|s| s.privacy.clone());
+        let stated = p.privacy_class;
+        let Some(call) = self.held.close_call(tenant, session, &p.tool_call_id) else {
+            return vec![];
+        };
+        let output = p
+            .output
+            .as_deref()
+            .or(p.output_preview.as_deref())
+            .unwrap_or("");
+        if output.contains(RECALL_MARKER) {
+            return vec![];
+        }
+        let obs = ToolObservation {
+            tool: &call.name,
+            args: &call.args,
+            output,
+            is_error: p.is_error,
+            output_ref: p.output_ref.as_deref(),
+            output_sha256: p.output_sha256.as_deref(),
+            output_bytes: p.output_bytes,
+        };
+        let Some((extractor, extracted)) = self
+            .extractors
+            .iter()
+            .find_map(|x| x.extract(&obs).map(|e| (x.name().to_owned(), e)))
+        else {
+            return vec![];
+        };
+        let privacy = rule
+            .and_then(|r| r.class_of(stated, &call.name))
+            .or(stated)
+            .unwrap_or(PrivacyClass::Internal);
+        let freshness = p.freshness_class.unwrap_or(extracted.freshness);
+        let artifact_refs: Vec<String> = p.output_ref.iter().cloned().collect();
+        let provenance = format!("{}|{}", call.name, canonical_args(&call.args));
+        let mem = self.build(
+            event,
+            extracted,
+            extractor,
+            provenance,
+            vec![call.request_event_id.clone(), event.event_id.clone()],
+            artifact_refs,
+            Some(p.tool_call_id.clone()),
+            privacy,
+            freshness,
+            if p.is_error {
+                "tool_error"
+            } else {
+                "tool_output"
+            },
+            Some(call.name.clone()),
+        );
+        self.record(mem)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1281,43 +1354,36 @@ impl MemoryEngine {
         }
     }
 
+    fn indexed(m: &Memory) -> Indexed {
+        Indexed {
+            memory_id: m.memory_id.clone(),
+            provenance: held::digest(&m.provenance_key),
+            value_digest: m.value_digest.clone(),
+            subject: held::digest(&m.subject),
+            fields: comparable_fields(&m.data),
+            superseded: false,
+        }
+    }
+
     fn learn(&mut self, m: &Memory) {
-        self.known.insert(m.memory_id.clone());
-        self.index
-            .entry((m.tenant_id.clone(), m.project_id.clone()))
-            .or_default()
-            .push(Indexed {
-                memory_id: m.memory_id.clone(),
-                provenance_key: m.provenance_key.clone(),
-                value_digest: m.value_digest.clone(),
-                subject: m.subject.clone(),
-                fields: comparable_fields(&m.data),
-                superseded: false,
-            });
+        self.held
+            .index(&m.tenant_id, &m.project_id, Self::indexed(m));
     }
 
     /// Links a new memory to what it supersedes and conflicts with; returns the events.
     fn record(&mut self, mut m: Memory) -> Vec<Derived> {
-        if self.known.contains(&m.memory_id) {
+        if self.held.knows(&m.tenant_id, &m.project_id, &m.memory_id) {
             return vec![];
         }
-        let key = (m.tenant_id.clone(), m.project_id.clone());
         let mut superseded = Vec::new();
-        let this = Indexed {
-            memory_id: m.memory_id.clone(),
-            provenance_key: m.provenance_key.clone(),
-            value_digest: m.value_digest.clone(),
-            subject: m.subject.clone(),
-            fields: comparable_fields(&m.data),
-            superseded: false,
-        };
-        if let Some(list) = self.index.get_mut(&key) {
-            for i in list.iter_mut().filter(|i| !i.superseded) {
-                if i.provenance_key == m.provenance_key {
+        let this = Self::indexed(&m);
+        if let Some(index) = self.held.project_mut(&m.tenant_id, &m.project_id) {
+            for i in index.entries.iter_mut().filter(|i| !i.superseded) {
+                if i.provenance == this.provenance {
                     // Same tool, same arguments, observed later: the newer observation wins.
                     i.superseded = true;
                     superseded.push(i.memory_id.clone());
-                } else if i.subject == m.subject
+                } else if i.subject == this.subject
                     && !m.subject.starts_with("write:")
                     && disagree(i, &this)
                 {
@@ -1378,14 +1444,13 @@ impl MemoryEngine {
             return out;
         }
         // Scoped invalidation: what was read of this file, and only that, is out of date.
-        let key = (
-            event.tenant_id.clone(),
-            self.project_of(&event.tenant_id, &event.session_id),
-        );
-        if let Some(list) = self.index.get_mut(&key) {
-            for i in list
+        let project = self.project_of(&event.tenant_id, &event.session_id);
+        let read = held::digest(&format!("file:{path}"));
+        if let Some(index) = self.held.project_mut(&event.tenant_id, &project) {
+            for i in index
+                .entries
                 .iter_mut()
-                .filter(|i| !i.superseded && i.subject == format!("file:{path}"))
+                .filter(|i| !i.superseded && i.subject == read)
             {
                 i.superseded = true;
                 out.push(supersede(
@@ -1449,9 +1514,9 @@ impl MemoryEngine {
             None,
         );
         let user = self
-            .users
-            .get(&(event.tenant_id.clone(), event.session_id.clone()))
-            .cloned();
+            .held
+            .peek_session(&event.tenant_id, &event.session_id)
+            .and_then(|s| s.user.clone());
         match user {
             Some(user) => {
                 m.user_id = Some(user);
@@ -2031,6 +2096,122 @@ mod tests {
         ))[0]
             .clone();
         assert!(other.supersedes.is_empty() && other.conflicts_with.is_empty());
+    }
+
+    fn small(sessions: usize, memories_per_project: usize) -> MemoryEngine {
+        MemoryEngine::with_limits(
+            vec![Box::new(RuleExtractor)],
+            MemoryLimits {
+                sessions,
+                memories_per_project,
+                ..MemoryLimits::default()
+            },
+        )
+    }
+
+    fn request(session: &str, id: &str) -> Event {
+        ev(
+            &format!("{id}-req"),
+            session,
+            "2026-06-03T10:01:00Z",
+            "ToolCallRequested",
+            json!({"tool_call_id": id, "name": "read_file", "args": {"path": "src/a.rs"}}),
+        )
+    }
+
+    fn finish(session: &str, id: &str) -> Event {
+        ev(
+            &format!("{id}-res"),
+            session,
+            "2026-06-03T10:01:00Z",
+            "ToolCallFinished",
+            json!({"tool_call_id": id, "output": "fn a() {}\n", "is_error": false}),
+        )
+    }
+
+    #[test]
+    fn an_evicted_session_is_restored_and_derives_what_it_would_have() {
+        let mut bounded = small(2, 64);
+        let mut whole = MemoryEngine::default();
+        for e in [start("s1", "p1"), request("s1", "c1")] {
+            bounded.observe(&e);
+            whole.observe(&e);
+        }
+        for s in ["s2", "s3"] {
+            bounded.observe(&start(s, "other"));
+        }
+        assert_eq!(bounded.evictions().0, 1, "s1 was the least recently seen");
+        let result = finish("s1", "c1");
+        assert!(bounded.needs_session(&result));
+        assert!(!whole.needs_session(&result));
+        // Without the restore the result has no call to pair with, and no project.
+        assert!(small(2, 64).observe(&result).is_empty());
+
+        let started = match start("s1", "p1").payload {
+            Payload::SessionStarted(p) => p,
+            _ => unreachable!(),
+        };
+        bounded.restore_session("t", "s1", Some(&started), &[request("s1", "c1")]);
+        assert!(!bounded.needs_session(&result));
+        let got = memories(&bounded.observe(&result));
+        let want = memories(&whole.observe(&result));
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].memory_id, want[0].memory_id);
+        assert_eq!(got[0].project_id, "p1");
+        assert_eq!(got[0].text, want[0].text);
+    }
+
+    #[test]
+    fn the_index_of_a_project_holds_at_most_its_limit_and_still_supersedes_recent_calls() {
+        let mut e = small(16, 3);
+        e.observe(&start("s", "p"));
+        let run = |e: &mut MemoryEngine, id: &str, cmd: &str| {
+            call(
+                e,
+                "s",
+                id,
+                "2026-06-03T10:01:00Z",
+                "bash",
+                json!({"command": cmd}),
+                "ok\n",
+                false,
+            )
+        };
+        for i in 0..10 {
+            run(&mut e, &format!("c{i}"), &format!("echo {i}"));
+        }
+        assert_eq!(e.memory_count(), 3);
+        // The newest are still compared: the same call again supersedes its memory.
+        let again = run(&mut e, "c10", "echo 9");
+        assert!(again
+            .iter()
+            .any(|d| matches!(&d.payload, Payload::MemorySuperseded(_))));
+        // The oldest dropped out of comparison: the same call records without superseding.
+        let old = run(&mut e, "c11", "echo 0");
+        assert_eq!(old.len(), 1);
+    }
+
+    #[test]
+    fn open_calls_are_bounded_in_bytes_by_evicting_sessions() {
+        let mut e = MemoryEngine::with_limits(
+            vec![Box::new(RuleExtractor)],
+            MemoryLimits {
+                open_call_bytes: 10_000,
+                ..MemoryLimits::default()
+            },
+        );
+        let big = "x".repeat(4_000);
+        for s in 0..10 {
+            e.observe(&ev(
+                &format!("r{s}"),
+                &format!("s{s}"),
+                "2026-06-03T10:01:00Z",
+                "ToolCallRequested",
+                json!({"tool_call_id": "c", "name": "write_file", "args": {"content": big}}),
+            ));
+        }
+        assert!(e.held.open_call_bytes() <= 10_000);
+        assert_eq!(e.evictions().0, 8);
     }
 }
 

@@ -32,20 +32,30 @@ pub enum DeriveError {
     Append(String),
 }
 
-/// Runs the deriving loop of consumer group `group` until `shutdown` resolves.
+/// What a deriving service does with each event of the log.
 ///
-/// `observe(event, replaying, counts)` returns the events derived from `event`; while
-/// `replaying` (rebuilding state after an assignment) its output is dropped. It may add its own
-/// entries to `counts`, which also counts consumed events by type and `"appended"` ones.
-pub async fn run_deriving<F>(
+/// A service whose state is bounded and restored from the projections on demand awaits those
+/// reads in it before it derives.
+pub trait Deriver: Send {
+    /// The events derived from `event`; while `replaying` (rebuilding state after an
+    /// assignment) they are dropped. It may add its own entries to `counts`, which also counts
+    /// consumed events by type and `"appended"` ones.
+    fn derive(
+        &mut self,
+        event: &Event,
+        replaying: bool,
+        counts: &mut CountsByType,
+    ) -> impl Future<Output = Vec<Event>> + Send;
+}
+
+/// Runs the deriving loop of consumer group `group` until `shutdown` resolves, handing every
+/// event to `observer` (see [`Deriver`]).
+pub async fn run_deriving(
     backends: &Backends,
     group: &str,
     shutdown: impl Future<Output = ()>,
-    mut observe: F,
-) -> Result<(FollowStats, CountsByType), DeriveError>
-where
-    F: FnMut(&Event, bool, &mut CountsByType) -> Vec<Event>,
-{
+    mut observer: impl Deriver,
+) -> Result<(FollowStats, CountsByType), DeriveError> {
     let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
     let mut consumer = backends.log.subscribe(group).await?;
     let mut stats = FollowStats::default();
@@ -98,7 +108,7 @@ where
             {
                 if warm_until.get(&r.partition).is_some_and(|&w| r.offset < w) {
                     if let Ok(event) = backends.codec.decode(&r.value) {
-                        let _ = observe(&event, true, &mut counts);
+                        let _ = observer.derive(&event, true, &mut counts).await;
                     }
                     continue;
                 }
@@ -107,7 +117,9 @@ where
                         stats.events += 1;
                         *counts.entry(event.event_type().as_str()).or_default() += 1;
                         out.extend(
-                            observe(&event, false, &mut counts)
+                            observer
+                                .derive(&event, false, &mut counts)
+                                .await
                                 .into_iter()
                                 .map(|d| (d, None)),
                         );
@@ -198,14 +210,11 @@ const CAUGHT_UP_POLL: Duration = Duration::from_millis(10);
 /// The group's committed offsets are read before the log's end offsets, so when they reach
 /// those ends nothing was left unprocessed at that moment. Events appended concurrently by
 /// others after that are left for the next run.
-pub async fn run_deriving_until_caught_up<F>(
+pub async fn run_deriving_until_caught_up(
     backends: &Backends,
     group: &str,
-    observe: F,
-) -> Result<(FollowStats, CountsByType), DeriveError>
-where
-    F: FnMut(&Event, bool, &mut CountsByType) -> Vec<Event>,
-{
+    observer: impl Deriver,
+) -> Result<(FollowStats, CountsByType), DeriveError> {
     let failure: std::sync::Mutex<Option<strata_log::Error>> = std::sync::Mutex::new(None);
     let caught_up = async {
         loop {
@@ -221,7 +230,7 @@ where
             }
         }
     };
-    let result = run_deriving(backends, group, caught_up, observe).await?;
+    let result = run_deriving(backends, group, caught_up, observer).await?;
     let failed = failure.lock().ok().and_then(|mut slot| slot.take());
     match failed {
         Some(e) => Err(DeriveError::Log(e)),
@@ -237,4 +246,42 @@ async fn caught_up(backends: &Backends, group: &str) -> Result<bool, strata_log:
         .iter()
         .enumerate()
         .all(|(partition, &end)| committed.get(&(partition as u32)).copied().unwrap_or(0) >= end))
+}
+
+/// Longest wait, before a deriving service restores a session from the projections, for the
+/// projector to hold the session's events before the one being derived.
+pub const RESTORE_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits, at most `wait`, until the projections hold the session's events through `seq`
+/// (a session's history read back for a restore is then the log's). Answers whether they do;
+/// a service that goes on without is told so by a warning.
+pub async fn projected_through(
+    backends: &Backends,
+    tenant: &str,
+    session: &str,
+    seq: u64,
+    wait: Duration,
+) -> Result<bool, strata_store::Error> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let head = backends
+            .store
+            .session_fold(tenant, session)
+            .await?
+            .map_or(0, |f| f.head_seq);
+        if head >= seq {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(
+                tenant,
+                session,
+                seq,
+                head,
+                "the projections lag behind the log; restoring the session from what they hold"
+            );
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use strata_core::{Event, EventType};
-use strata_ingest::derive::run_deriving;
+use strata_ingest::derive::{run_deriving, Deriver};
 use strata_ingest::{IngestOptions, Ingestor, Publisher};
 use strata_log::FsyncPolicy;
+use strata_runtime::follow::CountsByType;
 use strata_runtime::{BackendOpts, Backends};
 
 fn which(program: &str) -> Option<PathBuf> {
@@ -66,6 +67,22 @@ fn prompt(n: usize) -> Event {
 
 /// What the test's observer derives from a prompt: a copy in a session of its own (a session
 /// with nothing on the log yet, so no settling time applies when its head is recovered).
+/// Derives one event from each prompt of session `work`, counting them.
+struct Prompts(Arc<AtomicUsize>);
+
+impl Deriver for Prompts {
+    async fn derive(&mut self, event: &Event, replaying: bool, _: &mut CountsByType) -> Vec<Event> {
+        if replaying
+            || event.event_type() != EventType::UserPromptSubmitted
+            || event.session_id != "work"
+        {
+            return Vec::new();
+        }
+        self.0.fetch_add(1, Ordering::SeqCst);
+        vec![derived_from(event)]
+    }
+}
+
 fn derived_from(event: &Event) -> Event {
     let mut d = event.clone();
     d.event_id = format!("derived-{}", event.event_id);
@@ -138,16 +155,7 @@ async fn a_deriving_service_retries_through_a_hot_state_outage_and_appends_once(
                 async {
                     let _ = stopped.await;
                 },
-                move |event, replaying, _| {
-                    if replaying
-                        || event.event_type() != EventType::UserPromptSubmitted
-                        || event.session_id != "work"
-                    {
-                        return Vec::new();
-                    }
-                    observed.fetch_add(1, Ordering::SeqCst);
-                    vec![derived_from(event)]
-                },
+                Prompts(observed),
             )
             .await
         })

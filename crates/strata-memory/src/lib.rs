@@ -12,12 +12,21 @@
 //! The engine's state is not checkpointed: when a partition is assigned, the service re-reads it
 //! from offset 0 up to the group's committed offset to rebuild the state (supersession index,
 //! open tool calls) without writing anything; the cost is one read of the log per start.
+//!
+//! The state is bounded ([`MemoryLimits`]): the least recently seen sessions and projects are
+//! evicted, and a session that comes back is restored from the projections (its
+//! `SessionStarted` and its open tool calls) before its event is derived.
 
 use std::future::Future;
 
+pub use strata_core::memory::MemoryLimits;
 use strata_core::memory::{Derived, MemoryEngine};
+use strata_core::payload::Payload;
 use strata_core::Event;
-use strata_ingest::derive::{run_deriving, run_deriving_until_caught_up, DeriveError};
+use strata_ingest::derive::{
+    projected_through, run_deriving, run_deriving_until_caught_up, DeriveError, Deriver,
+    RESTORE_WAIT,
+};
 use strata_runtime::follow::{CountsByType, FollowStats};
 use strata_runtime::Backends;
 
@@ -70,14 +79,7 @@ pub async fn run_with(
     engine: &mut MemoryEngine,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(FollowStats, CountsByType), Error> {
-    let result = run_deriving(backends, group, shutdown, |event, _replaying, _counts| {
-        engine
-            .observe(event)
-            .into_iter()
-            .map(|d| derived_event(event, d))
-            .collect()
-    })
-    .await?;
+    let result = run_deriving(backends, group, shutdown, Extracting { backends, engine }).await?;
     tracing::info!(
         group,
         events = result.0.events,
@@ -101,14 +103,8 @@ pub async fn catch_up_with(
     group: &str,
     engine: &mut MemoryEngine,
 ) -> Result<(FollowStats, CountsByType), Error> {
-    let result = run_deriving_until_caught_up(backends, group, |event, _replaying, _counts| {
-        engine
-            .observe(event)
-            .into_iter()
-            .map(|d| derived_event(event, d))
-            .collect()
-    })
-    .await?;
+    let result =
+        run_deriving_until_caught_up(backends, group, Extracting { backends, engine }).await?;
     tracing::debug!(
         group,
         events = result.0.events,
@@ -116,4 +112,72 @@ pub async fn catch_up_with(
         "memory extractor caught up with the log"
     );
     Ok(result)
+}
+
+/// The memory extractor's [`Deriver`]: the engine, with a session it does not hold restored
+/// from the projections before an event whose derivation depends on it.
+struct Extracting<'a> {
+    backends: &'a Backends,
+    engine: &'a mut MemoryEngine,
+}
+
+impl Deriver for Extracting<'_> {
+    async fn derive(
+        &mut self,
+        event: &Event,
+        _replaying: bool,
+        counts: &mut CountsByType,
+    ) -> Vec<Event> {
+        if self.engine.needs_session(event) {
+            restore_session(self.backends, self.engine, event).await;
+            *counts.entry("restored").or_default() += 1;
+        }
+        self.engine
+            .observe(event)
+            .into_iter()
+            .map(|d| derived_event(event, d))
+            .collect()
+    }
+}
+
+/// Events before the one being derived that a restore reads back to find the tool calls open
+/// at that point.
+pub const RESTORE_EVENTS: u64 = 1_000;
+
+/// Reads a session's context back from the projections into the engine: its first event when
+/// that is its `SessionStarted`, and its last [`RESTORE_EVENTS`] events before the one being
+/// derived (for the tool calls open there; the projections may be ahead of this service, so
+/// their own list of open calls is not this point's). A store that cannot answer leaves the
+/// session with the defaults (its own id as project, no end user, no open calls), with a
+/// warning: the log is never held up for a memory.
+async fn restore_session(backends: &Backends, engine: &mut MemoryEngine, event: &Event) {
+    let (tenant, session) = (event.tenant_id.as_str(), event.session_id.as_str());
+    let before = event.seq.unwrap_or(1).saturating_sub(1);
+    let read = async {
+        projected_through(backends, tenant, session, before, RESTORE_WAIT).await?;
+        let store = &backends.store;
+        let started = store
+            .events_between(tenant, session, 0, before, 1)
+            .await?
+            .into_iter()
+            .find_map(|e| match e.payload {
+                Payload::SessionStarted(p) => Some(p),
+                _ => None,
+            });
+        let from = before.saturating_sub(RESTORE_EVENTS);
+        let recent = store
+            .events_between(tenant, session, from, before, RESTORE_EVENTS as usize)
+            .await?;
+        Ok::<_, strata_store::Error>((started, recent))
+    };
+    match read.await {
+        Ok((started, recent)) => {
+            engine.restore_session(tenant, session, started.as_ref(), &recent);
+        }
+        Err(e) => {
+            tracing::warn!(tenant, session, error = %e,
+                "could not restore the session from the projections; deriving with its defaults");
+            engine.restore_session(tenant, session, None, &[]);
+        }
+    }
 }

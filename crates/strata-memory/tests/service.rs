@@ -221,3 +221,76 @@ async fn a_restarted_extractor_rebuilds_its_state_from_the_log() {
     ids.dedup();
     assert_eq!(ids.len(), n);
 }
+
+#[tokio::test]
+async fn sessions_evicted_under_the_limits_are_restored_from_the_projections() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = BackendOpts {
+        fsync: FsyncPolicy::Never,
+        ..BackendOpts::embedded(dir.path())
+    };
+    let backends = Backends::open(&opts, "test").await.unwrap();
+    let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
+    // Two sessions of one partition stepping in turn: with one session held, each step of
+    // one evicts the other, between every call and its result.
+    let partition = backends.log.partition_for_key(b"s1");
+    let other = (2..)
+        .map(|i| format!("s{i}"))
+        .find(|s| backends.log.partition_for_key(s.as_bytes()) == partition)
+        .unwrap();
+    let (a, b) = (session("s1", "alpha"), session(&other, "beta"));
+    let interleaved: Vec<Value> = a.into_iter().zip(b).flat_map(|(x, y)| [x, y]).collect();
+    ingestor
+        .ingest_json(&Publisher::Operator, interleaved)
+        .await
+        .unwrap();
+    strata_projector::catch_up(&backends).await.unwrap();
+
+    let limits = strata_memory::MemoryLimits {
+        sessions: 1,
+        ..Default::default()
+    };
+    let mut engine = strata_core::memory::MemoryEngine::with_limits(
+        vec![Box::new(strata_core::memory::RuleExtractor)],
+        limits,
+    );
+    let (_, by_type) =
+        strata_memory::catch_up_with(&backends, strata_memory::DEFAULT_GROUP, &mut engine)
+            .await
+            .unwrap();
+    assert!(engine.evictions().0 >= 6, "{:?}", engine.evictions());
+    assert!(
+        by_type.get("restored").copied().unwrap_or(0) >= 6,
+        "{by_type:?}"
+    );
+    strata_projector::catch_up(&backends).await.unwrap();
+
+    for (s, project) in [("s1", "alpha"), (other.as_str(), "beta")] {
+        // What an engine holding everything derives from the same events.
+        let mut whole = strata_core::memory::MemoryEngine::default();
+        let mut want: Vec<String> = Vec::new();
+        for v in backends.store.events("t", s, 0, 10_000).await.unwrap() {
+            let e = Event::from_json(v, None).unwrap();
+            if !e.is_derived() {
+                want.extend(whole.observe(&e).into_iter().map(|d| d.event_id));
+            }
+        }
+        let (mems, sups) = memories(&backends, s).await;
+        assert!(mems.iter().all(|m| m.project_id == project), "{mems:?}");
+        let mut got: Vec<String> = mems
+            .iter()
+            .map(|m| format!("mrec_{}", &m.memory_id[4..]))
+            .collect();
+        got.extend(sups.iter().map(|(old, new)| {
+            let digest = strata_core::sha256_hex(format!("{old}\n{new}").as_bytes());
+            format!("msup_{}", &digest[..24])
+        }));
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "session {s}");
+        assert!(
+            !sups.is_empty(),
+            "the repeated call superseded the first in {s}"
+        );
+    }
+}

@@ -27,6 +27,13 @@ struct Opts {
     /// use), the cut moves into the turn and keeps its newest steps that fit.
     #[arg(long, env = "STRATA_COMPACT_KEEP_FRACTION", default_value_t = 0.25)]
     keep_fraction: f64,
+    /// Sessions whose uncompacted events the compactor holds in memory (the least recently
+    /// seen are evicted and read back from the projections when they come back).
+    #[arg(long, env = "STRATA_COMPACTOR_MAX_SESSIONS", default_value_t = strata_compactor::PlannerLimits::default().sessions)]
+    max_sessions: usize,
+    /// Approximate MiB of events held over all sessions.
+    #[arg(long, env = "STRATA_COMPACTOR_MAX_HELD_MIB", default_value_t = strata_compactor::PlannerLimits::default().event_bytes >> 20)]
+    max_held_mib: usize,
 }
 
 #[tokio::main]
@@ -45,6 +52,11 @@ async fn main() -> anyhow::Result<()> {
         threshold: opts.threshold,
         keep_turns: opts.keep_turns,
         keep_fraction: opts.keep_fraction,
+    })
+    .with_limits(strata_compactor::PlannerLimits {
+        sessions: opts.max_sessions,
+        event_bytes: opts.max_held_mib << 20,
+        ..Default::default()
     });
     let (stats, by_type) = service
         .run_worker(admin_routes(backends), |stop| async move {

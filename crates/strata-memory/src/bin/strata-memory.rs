@@ -17,6 +17,14 @@ struct Opts {
     /// Consumer group.
     #[arg(long, env = "STRATA_MEMORY_GROUP", default_value = strata_memory::DEFAULT_GROUP)]
     group: String,
+    /// Sessions whose context the extractor holds in memory (the least recently seen are
+    /// evicted and read back from the projections when they come back).
+    #[arg(long, env = "STRATA_MEMORY_MAX_SESSIONS", default_value_t = strata_memory::MemoryLimits::default().sessions)]
+    max_sessions: usize,
+    /// Memories held for supersession and conflicts over all projects (the least recently
+    /// seen projects are evicted).
+    #[arg(long, env = "STRATA_MEMORY_MAX_MEMORIES", default_value_t = strata_memory::MemoryLimits::default().memories)]
+    max_memories: usize,
 }
 
 #[tokio::main]
@@ -31,9 +39,18 @@ async fn main() -> anyhow::Result<()> {
     };
     let worker = backends.clone();
     let group = opts.group.clone();
+    let limits = strata_memory::MemoryLimits {
+        sessions: opts.max_sessions,
+        memories: opts.max_memories,
+        ..Default::default()
+    };
+    let mut engine = strata_core::memory::MemoryEngine::with_limits(
+        vec![Box::new(strata_core::memory::RuleExtractor)],
+        limits,
+    );
     let (stats, by_type) = service
         .run_worker(admin_routes(backends), |stop| async move {
-            strata_memory::run(&worker, &group, stop).await
+            strata_memory::run_with(&worker, &group, &mut engine, stop).await
         })
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
