@@ -698,3 +698,106 @@ fn policy_6_digests_no_step_of_the_working_set_however_short_its_turns() {
     // Older steps are digested under both.
     assert_eq!(kind_of(&v6, "e4").as_deref(), Some("turn_digest"));
 }
+
+/// A mini-swe-agent step: the model's text carries its command in a code block, and the call
+/// carries the same command as JSON (newlines and quotes escaped).
+fn with_script_step(snapshot: &mut Snapshot, seq: u64) -> String {
+    let script = format!(
+        "cat <<'EOF' > reproduce.py\n{}\nEOF",
+        (0..40)
+            .map(|i| format!("check_header_{i}(b'caf\\xc3\\xa9', expected=\"utf-8\")"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let m = snapshot
+        .messages
+        .iter_mut()
+        .find(|m| m.seq == seq)
+        .expect("the step");
+    m.text = format!(
+        "THOUGHT: {} I will write a reproduction script for `parse_header`.\n\n```bash\n{script}\n```",
+        "Thinking about how the headers are decoded at some length. ".repeat(12)
+    );
+    m.tokens = O200k.count(&m.text) + 3;
+    let args = json!({ "command": script }).to_string();
+    m.tool_calls[0].call_tokens = O200k.count(&args);
+    m.tool_calls[0].args = args;
+    script
+}
+
+#[test]
+fn policy_8_sends_an_aged_steps_script_once_as_its_call_and_whole() {
+    let mut snapshot = long_turn();
+    let script = with_script_step(&mut snapshot, 7);
+    let v7 = assemble(&snapshot, "strata.assembly/7");
+    let v8 = assemble(&snapshot, "strata.assembly/8");
+    assert_eq!(v8.assembly.policy_version, "strata.assembly/8");
+    let step = |a: &Assembled| {
+        a.messages
+            .iter()
+            .find_map(|m| match m {
+                BundleMessage::Assistant { text, tool_calls } if text.contains("parse_header`") => {
+                    Some((text.clone(), tool_calls[0].arguments.clone()))
+                }
+                _ => None,
+            })
+            .expect("the aged step")
+    };
+    let (text7, args7) = step(&v7);
+    let (text8, args8) = step(&v8);
+    // 7: the script whole in the text (its JSON never matched it) and cut in the call.
+    assert!(text7.contains("check_header_39"), "{text7}");
+    assert!(args7.contains("its evidence lines"), "{args7}");
+    // 8: once, as the call, whole; the text keeps what names code.
+    assert!(!text8.contains("check_header_"), "{text8}");
+    assert!(text8.contains("parse_header"), "{text8}");
+    let sent: Value = serde_json::from_str(&args8).unwrap();
+    assert_eq!(sent["command"].as_str(), Some(script.as_str()));
+    assert_eq!(
+        text_of(&assemble(&snapshot, "strata.assembly/8")),
+        text_of(&v8)
+    );
+}
+
+#[test]
+fn policy_8_keeps_longer_answers_of_digested_turns_whole() {
+    let mut snapshot = conversation(10);
+    // The oldest turn's answer: 3,000 characters, past 7's 2,000 and within 8's 5,000.
+    let answer = snapshot
+        .messages
+        .iter_mut()
+        .find(|m| m.seq == 3)
+        .expect("the first answer");
+    answer.text = format!(
+        "{} The tables are `ledger_{{a,b,c}}`; the last one named is `answer_tail_0`.",
+        "The matches agree with the request and with each other. ".repeat(52)
+    );
+    answer.tokens = O200k.count(&answer.text) + 3;
+    let v7 = assemble(&snapshot, "strata.assembly/7");
+    let v8 = assemble(&snapshot, "strata.assembly/8");
+    let digested = |a: &Assembled| {
+        a.assembly
+            .included
+            .iter()
+            .any(|s| s.kind == "turn_digest" && s.source_event_ids.iter().any(|e| e == "e3"))
+    };
+    assert!(
+        digested(&v7) && digested(&v8),
+        "the oldest turn is a digest under both"
+    );
+    let whole = answer_text(&snapshot);
+    assert!(
+        !text_of(&v7).contains(&whole),
+        "7 digests a 3,000-character answer"
+    );
+    assert!(text_of(&v8).contains(&whole), "8 keeps it whole");
+}
+
+fn answer_text(snapshot: &Snapshot) -> String {
+    let text = &snapshot.messages.iter().find(|m| m.seq == 3).unwrap().text;
+    // As it goes in a JSON string.
+    serde_json::to_string(text)
+        .unwrap()
+        .trim_matches('"')
+        .to_owned()
+}

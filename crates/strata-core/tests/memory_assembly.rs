@@ -389,3 +389,79 @@ fn a_short_session_gets_its_users_memories_from_other_sessions() {
         .iter()
         .any(|o| o.kind == "memory" && o.reason == OmissionReason::Redundant));
 }
+
+#[test]
+fn policy_8_leaves_out_a_hypothesis_whose_message_the_history_holds() {
+    let mut e = MemoryEngine::default();
+    e.observe(&ev(
+        "start",
+        "s",
+        "2026-06-03T10:00:00Z",
+        "SessionStarted",
+        json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 16000,
+            "reserved_output_tokens": 1000, "project_id": "alpha"}),
+    ));
+    let text = "The refund is probably stuck in the ledger_sync job";
+    let mems: Vec<Memory> = e
+        .observe(&ev(
+            "a1",
+            "s",
+            "2026-06-03T10:00:01Z",
+            "ModelResponseReceived",
+            json!({"message_id": "a1", "text": text}),
+        ))
+        .into_iter()
+        .filter_map(|d| match d.payload {
+            Payload::MemoryRecorded(p) => Some(Memory::from_payload(&p).unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(mems.len(), 1, "one hypothesis");
+    assert_eq!(mems[0].confidence_basis, "model_guess");
+    let mut with_message = snapshot(mems, "2026-06-03T10:00:02Z");
+    with_message.messages.push(
+        serde_json::from_value(json!({"seq": 10, "event_id": "a1", "role": "assistant",
+            "participant_id": "agent", "text": text, "tokens": 12, "tool_calls": []}))
+        .unwrap(),
+    );
+    // Ten newer steps, too many to send the session whole (which would leave every memory of
+    // it out as restated, under either policy).
+    for i in 0..10u64 {
+        with_message.messages.push(
+            serde_json::from_value(json!({"seq": 11 + i, "event_id": format!("later{i}"),
+                "role": "assistant", "participant_id": "agent",
+                "text": format!("Checking job {i}."), "tokens": 2000, "tool_calls": []}))
+            .unwrap(),
+        );
+    }
+    let offered = |snap: &Snapshot, policy: &AssemblyPolicy| {
+        let out = assemble_with_policy(snap, &AssemblyRequest::default(), policy, &O200k);
+        let memory_units = out
+            .assembly
+            .included
+            .iter()
+            .filter(|s| s.kind == "memory")
+            .count();
+        let restated = out
+            .assembly
+            .omitted_items
+            .iter()
+            .any(|o| o.kind == "memory" && o.reason == OmissionReason::Redundant);
+        (memory_units, restated)
+    };
+    let v7 = AssemblyPolicy::by_version("strata.assembly/7").unwrap();
+    assert_eq!(
+        offered(&with_message, &v7),
+        (1, false),
+        "7 offers it beside its message"
+    );
+    assert_eq!(
+        offered(&with_message, &AssemblyPolicy::default()),
+        (0, true)
+    );
+    // Without its message in the history (compacted away, or before the window), it is what
+    // remains of that sentence: offered.
+    let mut without = with_message.clone();
+    without.messages.retain(|m| m.event_id != "a1");
+    assert_eq!(offered(&without, &AssemblyPolicy::default()).0, 1);
+}

@@ -32,8 +32,6 @@ const PROSE_INLINE_MAX_CHARS: usize = 600;
 const EVIDENCE_LINE_CHARS: usize = 200;
 /// Lines of one output scanned for evidence (the cost stays bounded by what is selected).
 const EVIDENCE_SCAN_LINES: usize = 5000;
-/// A string argument longer than this is reduced to its evidence lines in an aged call.
-const AGED_ARG_STRING_CHARS: usize = 300;
 /// Outputs at least this long that a later call repeats byte for byte are sent once.
 const REPEATED_OUTPUT_MIN_CHARS: usize = 200;
 
@@ -589,9 +587,15 @@ fn goes_by_evidence(c: &ToolPair) -> bool {
                 .is_some_and(|o| o.chars().count() > AGED_INLINE_MAX_CHARS))
 }
 
-/// An aged call's arguments: as made, but each long string (a file's new content, a long
-/// script) by its evidence lines; `None` when they are short or not a JSON object.
-pub(super) fn aged_arguments(args: &str, seq: u64, salience: &Salience) -> Option<String> {
+/// An aged call's arguments: as made, but each string longer than `string_chars` (a file's new
+/// content, a long script) by its evidence lines; `None` when they are short or not a JSON
+/// object.
+pub(super) fn aged_arguments(
+    args: &str,
+    seq: u64,
+    salience: &Salience,
+    string_chars: usize,
+) -> Option<String> {
     if args.len() <= AGED_ARGS_MAX_CHARS {
         return None;
     }
@@ -599,7 +603,7 @@ pub(super) fn aged_arguments(args: &str, seq: u64, salience: &Salience) -> Optio
     let object = value.as_object_mut()?;
     let mut changed = false;
     for v in object.values_mut() {
-        let Some(s) = v.as_str().filter(|s| s.len() > AGED_ARG_STRING_CHARS) else {
+        let Some(s) = v.as_str().filter(|s| s.len() > string_chars) else {
             continue;
         };
         let lines = s.lines().count();
@@ -624,9 +628,28 @@ fn names_code(sentence: &str) -> bool {
     found
 }
 
+/// Whether call `c` carries `block`, a code block of its step's text: in its arguments as sent,
+/// or, when `decoded`, in one of their string values (the JSON of a multi-line command escapes
+/// its newlines and quotes, so the text's block never matches the arguments as sent).
+fn carries(c: &ToolPair, block: &str, decoded: bool) -> bool {
+    fn in_strings(v: &serde_json::Value, block: &str) -> bool {
+        match v {
+            serde_json::Value::String(s) => s.contains(block),
+            serde_json::Value::Array(a) => a.iter().any(|v| in_strings(v, block)),
+            serde_json::Value::Object(o) => o.values().any(|v| in_strings(v, block)),
+            _ => false,
+        }
+    }
+    c.args.contains(block)
+        || (decoded
+            && serde_json::from_str::<serde_json::Value>(&c.args)
+                .is_ok_and(|v| in_strings(&v, block)))
+}
+
 /// An aged step's text: of its prose the sentences that name code; of its code blocks those the
-/// step's calls do not already carry; `None` when it is short, or nothing would be saved.
-pub(super) fn aged_prose(text: &str, calls: &[&ToolPair]) -> Option<String> {
+/// step's calls do not already carry (see [`carries`]); `None` when it is short, or nothing
+/// would be saved.
+pub(super) fn aged_prose(text: &str, calls: &[&ToolPair], decoded: bool) -> Option<String> {
     if text.chars().count() <= PROSE_INLINE_MAX_CHARS {
         return None;
     }
@@ -640,7 +663,7 @@ pub(super) fn aged_prose(text: &str, calls: &[&ToolPair]) -> Option<String> {
                     // A block that is the call itself (mini-swe-agent writes its command both
                     // ways) goes once, as the call.
                     let body = block.trim();
-                    if calls.iter().any(|c| c.args.contains(body)) || body.is_empty() {
+                    if calls.iter().any(|c| carries(c, body, decoded)) || body.is_empty() {
                         dropped = true;
                     } else {
                         out.push_str(&format!("```\n{body}\n```\n"));
@@ -674,14 +697,11 @@ pub(super) fn aged_prose(text: &str, calls: &[&ToolPair]) -> Option<String> {
     dropped.then(|| format!("[older step; what its text named:]\n{}", out.trim_end()))
 }
 
-/// Under [`super::POLICY_VERSION_NOVEL`], most characters of a digested step's text.
-const DIGEST_PROSE_MAX_CHARS: usize = 800;
-
 /// A digested step's text under [`super::POLICY_VERSION_NOVEL`]: its opening up to `head`
 /// characters, then the sentences of the rest that name code (what the model went on to refer
-/// back to: a digest line's first characters rarely hold it), at most
-/// [`DIGEST_PROSE_MAX_CHARS`], on one line.
-pub(super) fn digest_text(text: &str, head: usize) -> String {
+/// back to: a digest line's first characters rarely hold it), at most `max_chars` in all, on
+/// one line.
+pub(super) fn digest_text(text: &str, head: usize, max_chars: usize) -> String {
     if text.chars().count() <= head {
         return text.replace('\n', " ");
     }
@@ -698,7 +718,7 @@ pub(super) fn digest_text(text: &str, head: usize) -> String {
     for piece in pieces {
         let piece = truncate_chars(piece, EVIDENCE_LINE_CHARS);
         let len = piece.chars().count() + 1;
-        if chars + len > DIGEST_PROSE_MAX_CHARS {
+        if chars + len > max_chars {
             continue;
         }
         chars += len;
@@ -720,8 +740,12 @@ pub(super) struct Aging<'a> {
     /// once the turns are split ([`Aging::choose_novel_evidence`]).
     pub novel: OnceCell<BTreeMap<String, String>>,
     /// Under [`super::POLICY_VERSION_NOVEL`], digested steps keep the sentences that name code
-    /// ([`digest_text`]).
-    pub digest_prose: bool,
+    /// ([`digest_text`]), up to this many characters.
+    pub digest_prose: Option<usize>,
+    /// An aged call's string arguments longer than this go by their evidence lines.
+    pub arg_string_chars: usize,
+    /// A code block of an aged step's text goes only as its call, however the call encodes it.
+    pub blocks_once: bool,
 }
 
 impl<'a> Aging<'a> {
@@ -760,7 +784,11 @@ impl<'a> Aging<'a> {
             file_views: file_views(&messages),
             in_place,
             novel: OnceCell::new(),
-            digest_prose: policy.novel_evidence,
+            digest_prose: policy
+                .novel_evidence
+                .then_some(policy.digest_prose_max_chars),
+            arg_string_chars: policy.aged_arg_string_chars,
+            blocks_once: policy.own_words_once,
         }
     }
 
@@ -812,7 +840,9 @@ mod tests {
                 file_views: BTreeMap::new(),
                 in_place: BTreeMap::new(),
                 novel: OnceCell::new(),
-                digest_prose: false,
+                digest_prose: None,
+                arg_string_chars: 300,
+                blocks_once: false,
             }
         }
     }
@@ -943,7 +973,7 @@ mod tests {
             r#"{"command":"grep -n acall django/utils/deprecation.py"}"#,
         );
         let calls: Vec<&ToolPair> = m.tool_calls.iter().collect();
-        let short = aged_prose(&text, &calls).expect("shortened");
+        let short = aged_prose(&text, &calls, false).expect("shortened");
         assert!(short.contains("MiddlewareMixin.__acall__"), "{short}");
         assert!(!short.contains("at length"), "{short}");
         assert!(!short.contains("grep -n"), "{short}");
@@ -986,12 +1016,12 @@ mod tests {
             "Here is what the migration touches, {}\n- `be_payees`\n- entities_payee_locations\nI think that is a good start for today.",
             "as far as I can tell from the schema dump and the notes. ".repeat(4)
         );
-        let short = digest_text(&text, 160);
+        let short = digest_text(&text, 160, 800);
         assert!(short.contains("be_payees"), "{short}");
         assert!(short.contains("entities_payee_locations"), "{short}");
         assert!(!short.contains("good start"), "{short}");
         assert!(!short.contains('\n'), "{short}");
-        assert!(short.chars().count() <= DIGEST_PROSE_MAX_CHARS, "{short}");
-        assert_eq!(digest_text("short\ntext", 160), "short text");
+        assert!(short.chars().count() <= 800, "{short}");
+        assert_eq!(digest_text("short\ntext", 160, 800), "short text");
     }
 }

@@ -56,6 +56,15 @@ pub(super) fn collect<'v>(
     let mut fixed: Vec<Unit> = system_prompt(cx).into_iter().collect();
     let compaction = compacted(cx, visible, omitted);
     fixed.extend(compaction.summary);
+    // Under policy 8 a hypothesis memory restates its message while the history holds it.
+    let hypotheses_restated: BTreeSet<&str> = match cx.policy.own_words_once {
+        true => compaction
+            .live
+            .iter()
+            .map(|m| m.event_id.as_str())
+            .collect(),
+        false => BTreeSet::new(),
+    };
     let history = Turns::split(cx, compaction.live);
     if let Some(a) = cx.aging.filter(|_| cx.policy.novel_evidence) {
         let (covered, aged) = history.novel_evidence_inputs(cx);
@@ -82,6 +91,7 @@ pub(super) fn collect<'v>(
         cx.snapshot,
         &history.window_calls(),
         &compaction.calls,
+        &hypotheses_restated,
         history.keep.is_some(),
         cx.gate,
         cx.tokens,
@@ -508,7 +518,7 @@ impl<'v> Turns<'v> {
             let said = mode == Rendering::Digest
                 && cx.policy.said_in_digests
                 && (m.role == "user" || Some(i) == answer)
-                && m.text.chars().count() <= super::SAID_IN_DIGEST_MAX_CHARS;
+                && m.text.chars().count() <= cx.policy.said_max_chars;
             let mode = if said { Rendering::Older } else { mode };
             let (msgs, src, mt) = render_message(m, mode, cx.notes, cx.gate, cx.aging, cx.tokens);
             messages.extend(msgs);

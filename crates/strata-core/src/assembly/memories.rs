@@ -18,6 +18,7 @@ pub(super) fn select_memories(
     snapshot: &Snapshot,
     verbatim_calls: &BTreeSet<&str>,
     compacted_calls: &BTreeSet<&str>,
+    restated: &BTreeSet<&str>,
     relevant_observations_only: bool,
     gate: Gate,
     tokens: &dyn TokenCounter,
@@ -32,6 +33,7 @@ pub(super) fn select_memories(
             .map(|t| t.with_timezone(&chrono::Utc)),
         verbatim_calls,
         compacted_calls,
+        restated,
         gate,
     };
     // Relevant first (naming a file in play, or the task's words), newest first within each:
@@ -91,6 +93,8 @@ struct Offer<'a> {
     as_of: Option<chrono::DateTime<chrono::Utc>>,
     verbatim_calls: &'a BTreeSet<&'a str>,
     compacted_calls: &'a BTreeSet<&'a str>,
+    /// Messages still in the history (not compacted), whose hypotheses restate them.
+    restated: &'a BTreeSet<&'a str>,
     gate: Gate,
 }
 
@@ -106,6 +110,18 @@ impl Offer<'_> {
             &s.participant_id,
             s.user_id.as_deref(),
         )
+    }
+
+    /// Whether `m` is a hypothesis (the model's own sentence, low confidence) whose message the
+    /// history still holds: measured on public trajectories, such memories added tokens and no
+    /// reference the next call made (`docs/BENCHMARKS.md`).
+    fn restates_its_message(&self, m: &Memory) -> bool {
+        m.confidence_basis == "model_guess"
+            && m.session_id == self.snapshot.session_id
+            && !m.source_refs.is_empty()
+            && m.source_refs
+                .iter()
+                .all(|r| self.restated.contains(r.as_str()))
     }
 
     fn is_stale(&self, m: &Memory) -> bool {
@@ -151,7 +167,7 @@ impl Offer<'_> {
         if self.gate.withholds(Some(m.privacy_class)) {
             return Some(OmissionReason::PrivacyProvider);
         }
-        if in_calls(self.verbatim_calls) {
+        if in_calls(self.verbatim_calls) || self.restates_its_message(m) {
             return Some(OmissionReason::Redundant);
         }
         // A file change the task state lists already.

@@ -41,9 +41,9 @@ pub use rehydration::{rehydration_plan, rehydration_plan_with_policy};
 pub use render::preview;
 use render::{data_message, is_salient};
 
-/// Version of the default assembly policy ([`POLICY_VERSION_NOVEL`]); every assembly records
+/// Version of the default assembly policy ([`POLICY_VERSION_OWN_WORDS`]); every assembly records
 /// its policy's version, part of its identity.
-pub const POLICY_VERSION: &str = POLICY_VERSION_NOVEL;
+pub const POLICY_VERSION: &str = POLICY_VERSION_OWN_WORDS;
 /// The policy that compresses completed turns and sends the current turn verbatim while the
 /// budget allows (the default until `strata.assembly/5`; selectable for replays and eval).
 pub const POLICY_VERSION_TURNS: &str = "strata.assembly/3";
@@ -84,8 +84,16 @@ pub const POLICY_VERSION_SAID: &str = "strata.assembly/6";
 /// an older output does not repeat a newer one's names and a line naming something new is not
 /// lost to one that repeats.
 pub const POLICY_VERSION_NOVEL: &str = "strata.assembly/7";
+/// [`POLICY_VERSION_NOVEL`] with the model's own words sent once and more of them kept: a code
+/// block of an aged step's text that its call carries goes only as the call (a multi-line
+/// command's JSON never matched its text before), an aged call keeps string arguments up to
+/// 3,000 characters whole, a digested turn keeps its requests and closing answer whole up to
+/// 5,000 characters and a digested step's code-naming sentences up to 3,000, and a hypothesis
+/// memory whose message the history still holds is left out as what the context says.
+pub const POLICY_VERSION_OWN_WORDS: &str = "strata.assembly/8";
 /// Under [`POLICY_VERSION_SAID`], what was said in a digested turn goes whole up to this many
-/// characters (a longer message is digested like the rest).
+/// characters (a longer message is digested like the rest); [`POLICY_VERSION_OWN_WORDS`] sets
+/// its own ([`AssemblyPolicy::said_max_chars`]).
 pub const SAID_IN_DIGEST_MAX_CHARS: usize = 2_000;
 /// Steps of the current turn kept verbatim under [`POLICY_VERSION_STEPS`] (SWE-agent's
 /// default for its last-N-observations processor is 5 too).
@@ -123,11 +131,23 @@ pub struct AssemblyPolicy {
     /// Under aging, whether aged results keep the lines that add names to the context
     /// ([`POLICY_VERSION_NOVEL`]) instead of each its own best-ranked lines.
     pub novel_evidence: bool,
+    /// Under [`Self::said_in_digests`], the longest request or closing answer a digested turn
+    /// keeps whole.
+    pub said_max_chars: usize,
+    /// Under [`Self::novel_evidence`], most characters of a digested step's text.
+    pub digest_prose_max_chars: usize,
+    /// Under aging, an aged call's string arguments longer than this go by their evidence
+    /// lines.
+    pub aged_arg_string_chars: usize,
+    /// Whether the model's own words go once ([`POLICY_VERSION_OWN_WORDS`]): a code block its
+    /// call carries only as the call, a hypothesis memory of a message still in the history
+    /// left out.
+    pub own_words_once: bool,
 }
 
 impl Default for AssemblyPolicy {
     fn default() -> Self {
-        AssemblyPolicy::NOVEL
+        AssemblyPolicy::OWN_WORDS
     }
 }
 
@@ -144,6 +164,10 @@ impl AssemblyPolicy {
         answered_turns: false,
         said_in_digests: false,
         novel_evidence: false,
+        said_max_chars: SAID_IN_DIGEST_MAX_CHARS,
+        digest_prose_max_chars: 800,
+        aged_arg_string_chars: 300,
+        own_words_once: false,
     };
 
     /// Policy 6 ([`POLICY_VERSION_SAID`]).
@@ -160,6 +184,16 @@ impl AssemblyPolicy {
         ..AssemblyPolicy::SAID
     };
 
+    /// Policy 8 ([`POLICY_VERSION_OWN_WORDS`]), measured against 7 in `docs/BENCHMARKS.md`.
+    pub const OWN_WORDS: AssemblyPolicy = AssemblyPolicy {
+        version: POLICY_VERSION_OWN_WORDS,
+        said_max_chars: 5_000,
+        digest_prose_max_chars: 3_000,
+        aged_arg_string_chars: 3_000,
+        own_words_once: true,
+        ..AssemblyPolicy::NOVEL
+    };
+
     /// Policy 5 ([`POLICY_VERSION_ANSWERED`]).
     pub const ANSWERED: AssemblyPolicy = AssemblyPolicy {
         version: POLICY_VERSION_ANSWERED,
@@ -170,9 +204,10 @@ impl AssemblyPolicy {
     };
 
     /// Every known policy, default first.
-    pub fn all() -> [AssemblyPolicy; 7] {
+    pub fn all() -> [AssemblyPolicy; 8] {
         [
             AssemblyPolicy::default(),
+            AssemblyPolicy::NOVEL,
             AssemblyPolicy::SAID,
             AssemblyPolicy::ANSWERED,
             AssemblyPolicy::TURNS,
@@ -185,8 +220,7 @@ impl AssemblyPolicy {
                 verbatim_step_tokens: 0,
                 digest_older_turns: true,
                 answered_turns: false,
-                said_in_digests: false,
-                novel_evidence: false,
+                ..AssemblyPolicy::TURNS
             },
             AssemblyPolicy {
                 version: POLICY_VERSION_STEPS,

@@ -146,7 +146,11 @@ impl MessageRenderer<'_> {
         }
         // An aged step keeps what its text names (code, paths, identifiers), not its prose.
         let text = match self.mode {
-            mode if mode.is_aged() => aging::aged_prose(&m.text, &answered),
+            mode if mode.is_aged() => aging::aged_prose(
+                &m.text,
+                &answered,
+                self.aging.is_some_and(|a| a.blocks_once),
+            ),
             _ => None,
         };
         t += match &text {
@@ -181,7 +185,7 @@ impl MessageRenderer<'_> {
         let aged = self
             .aging
             .filter(|_| self.mode.is_aged())
-            .and_then(|a| aging::aged_arguments(&c.args, seq, &a.salience));
+            .and_then(|a| aging::aged_arguments(&c.args, seq, &a.salience, a.arg_string_chars));
         match aged {
             Some(short) => {
                 let t = self.tokens.count(&short);
@@ -238,8 +242,8 @@ impl MessageRenderer<'_> {
             "[{} @{}] {}",
             m.role,
             m.seq,
-            match self.aging.filter(|a| a.digest_prose) {
-                Some(_) => aging::digest_text(&m.text, DIGEST_TEXT_CHARS),
+            match self.aging.and_then(|a| a.digest_prose) {
+                Some(max) => aging::digest_text(&m.text, DIGEST_TEXT_CHARS, max),
                 None => truncate_chars(&m.text.replace('\n', " "), DIGEST_TEXT_CHARS),
             }
         );
