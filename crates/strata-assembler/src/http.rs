@@ -32,6 +32,7 @@ pub fn routes(assembler: Assembler) -> Router {
         .merge(strata_runtime::admin::admin_routes_hot_optional(
             assembler.backends().clone(),
         ))
+        .merge(crate::ui::routes())
 }
 
 /// The API's OpenAPI document, as built into the binary (the repository's `docs/openapi.yaml`).

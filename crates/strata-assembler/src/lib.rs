@@ -25,6 +25,7 @@ use strata_runtime::Backends;
 
 pub mod http;
 pub mod resume;
+pub mod ui;
 
 /// Errors of the assembler.
 #[derive(Debug, thiserror::Error)]

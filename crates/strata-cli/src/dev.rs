@@ -59,7 +59,7 @@ pub(crate) async fn run(
         .merge(strata_assembler::http::routes(assembler))
         .merge(strata_compactor::http::routes(backends.clone(), ingestor));
 
-    println!("strata dev listening on http://{listen}");
+    println!("strata dev listening on http://{listen} (the inspector: http://{listen}/ui)");
     println!("data directory: {}", backends.data_dir.display());
     println!("dev api key (tenant {}): {key}", auth::DEV_TENANT);
     let shutdown = async move {

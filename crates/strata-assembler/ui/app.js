@@ -1,0 +1,410 @@
+// The Strata inspector: a page over the same authenticated HTTP API every client uses. The API
+// key is kept in this tab's sessionStorage only; every request sends it; nothing is fetched
+// from anywhere but this server. All text from the API goes into the page as text nodes.
+"use strict";
+
+const KEY = "strata.api-key";
+const EVENTS_PAGE = 200;
+const SESSIONS_PAGE = 50;
+
+// Context-window sections: which segment kinds each one gathers, and its colour.
+const SECTIONS = [
+  ["system and tools", ["system_prompt", "tools"], "#6b7a99"],
+  ["task state", ["task_state", "recovery_state", "decisions_and_facts",
+    "participant_working_state", "subagent_state", "subagent_result"], "#2f9e6b"],
+  ["memories", ["memory"], "#c48a1b"],
+  ["compaction summary", ["compaction_summary"], "#8a4fc4"],
+  ["recent turns", ["turn", "aged_turn", "turn_digest"], "#2f5bd3"],
+  ["current turn", ["current_request", "user_message", "assistant_step", "aged_step",
+    "pending_tool_calls"],
+    "#d3582f"],
+  ["rehydrated bytes", ["rehydrated_artifact", "raw_tool_output"], "#1b9bb3"],
+];
+const OTHER = ["other", [], "#9aa3b2"];
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    // Styles through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+    else if (k === "style") Object.assign(el.style, v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const view = () => document.getElementById("view");
+const key = () => sessionStorage.getItem(KEY);
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function api(path, body) {
+  const headers = { Authorization: `Bearer ${key()}`, Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, body === undefined ? { headers }
+    : { method: "POST", headers, body: JSON.stringify(body) });
+  const text = await response.text();
+  let parsed = null;
+  try {
+    parsed = text ? JSON.parse(text) : null;
+  } catch {
+    parsed = null;
+  }
+  if (!response.ok) {
+    const message = (parsed && (parsed.error?.message || parsed.message || parsed.error)) || text;
+    throw new ApiError(response.status, `${response.status}: ${message}`);
+  }
+  return parsed;
+}
+
+function show(...nodes) {
+  view().replaceChildren(...nodes.filter((n) => n !== null && n !== undefined));
+  window.scrollTo(0, 0);
+}
+
+function crumbs(...links) {
+  const nav = document.getElementById("crumbs");
+  nav.replaceChildren(...links.flatMap((l, i) => (i ? [" / ", l] : [l])));
+}
+
+function failure(error) {
+  if (error instanceof ApiError && error.status === 401) {
+    sessionStorage.removeItem(KEY);
+    return signIn("That key was refused: " + error.message);
+  }
+  show(h("section", {}, h("p", { class: "error", role: "alert" }, String(error.message || error))));
+}
+
+// ---- sign-in ----------------------------------------------------------------------------------
+
+function signIn(message) {
+  document.getElementById("sign-out").hidden = true;
+  crumbs();
+  const input = h("input", {
+    id: "api-key", type: "password", placeholder: "sk_…", autocomplete: "off", size: 56,
+    "aria-label": "API key",
+  });
+  const form = h("form", {
+    onsubmit: async (e) => {
+      e.preventDefault();
+      sessionStorage.setItem(KEY, input.value.trim());
+      try {
+        await api("/v1/sessions?limit=1");
+        location.hash = "#/";
+        route();
+      } catch (error) {
+        failure(error);
+      }
+    },
+  },
+  h("div", { class: "row" }, input, h("button", { type: "submit" }, "Sign in")));
+  show(h("section", {},
+    h("h1", {}, "Sign in"),
+    h("p", { class: "muted" }, "Paste an API key. It is kept for this tab only and sent with " +
+      "every request; a key sees only its tenant's sessions."),
+    message ? h("p", { class: "error", role: "alert" }, message) : null,
+    form));
+  input.focus();
+}
+
+// ---- sessions ---------------------------------------------------------------------------------
+
+async function sessions(after) {
+  crumbs(h("a", { href: "#/" }, "sessions"));
+  const q = new URLSearchParams({ limit: SESSIONS_PAGE });
+  if (after) q.set("after", after);
+  const page = await api(`/v1/sessions?${q}`);
+  const filter = h("input", { id: "filter", placeholder: "filter by id", "aria-label": "filter" });
+  const body = h("tbody");
+  const render = () => {
+    const term = filter.value.trim().toLowerCase();
+    body.replaceChildren(...page.sessions
+      .filter((s) => !term || s.session_id.toLowerCase().includes(term))
+      .map((s) => h("tr", {},
+        h("td", {}, h("a", { href: `#/s/${encodeURIComponent(s.session_id)}` }, s.session_id)),
+        h("td", { class: "num" }, s.event_count),
+        h("td", { class: "num" }, s.head_seq))));
+  };
+  filter.addEventListener("input", render);
+  render();
+  const open = h("form", {
+    onsubmit: (e) => {
+      e.preventDefault();
+      const id = e.target.elements.open.value.trim();
+      if (id) location.hash = `#/s/${encodeURIComponent(id)}`;
+    },
+  }, h("input", { name: "open", placeholder: "open a session by id", "aria-label": "session id" }),
+  " ", h("button", { type: "submit", class: "plain" }, "Open"));
+  show(h("section", {},
+    h("h1", {}, "Sessions"),
+    h("div", { class: "row" }, filter, open),
+    h("table", { id: "sessions" },
+      h("thead", {}, h("tr", {}, h("th", {}, "session"), h("th", { class: "num" }, "events"),
+        h("th", { class: "num" }, "head seq"))),
+      body),
+    page.sessions.length === 0 ? h("p", { class: "muted" }, "No sessions for this key.") : null,
+    h("div", { class: "row" },
+      after ? h("a", { href: "#/" }, "first page") : null,
+      page.next_after
+        ? h("a", { href: `#/?after=${encodeURIComponent(page.next_after)}` }, "next page")
+        : null)));
+}
+
+// ---- one session ------------------------------------------------------------------------------
+
+function sourced(items, session) {
+  return h("ul", {}, (items || []).map((i) => h("li", {}, i.text, " ",
+    i.source_event_id
+      ? h("a", { class: "tag", href: `#/s/${encodeURIComponent(session)}?event=${encodeURIComponent(i.source_event_id)}` }, i.source_event_id)
+      : null)));
+}
+
+function stateSection(state, session) {
+  const s = state || {};
+  const one = (x) => (x ? [x] : []);
+  const fields = [
+    ["goal", one(s.goal)], ["current task", one(s.current_task)],
+    ["acceptance criteria", s.acceptance_criteria], ["plan", s.plan],
+    ["constraints", s.constraints], ["decisions", s.decisions], ["facts", s.facts],
+    ["open questions", s.open_questions], ["files read", s.files_read],
+    ["files modified", s.files_modified], ["unresolved errors", s.errors],
+  ];
+  return h("section", { id: "task-state" }, h("h2", {}, "Task state"),
+    h("dl", { class: "state" }, fields.filter(([, v]) => v && v.length)
+      .flatMap(([name, v]) => [h("dt", {}, name), h("dd", {}, sourced(v, session))])));
+}
+
+function branchTree(summary) {
+  const branches = summary.branches || [];
+  const children = (parent) => branches.filter((b) => (b.parent_branch_id || null) === parent);
+  const node = (b) => h("li", {},
+    h("strong", {}, b.branch_id), ` (${b.kind}, ${b.events} events`,
+    b.fork_seq !== null && b.fork_seq !== undefined ? `, forked at seq ${b.fork_seq}` : "", ")",
+    children(b.branch_id).length ? h("ul", {}, children(b.branch_id).map(node)) : null);
+  const subagents = summary.subagents || [];
+  return h("section", { id: "branches" }, h("h2", {}, "Branches"),
+    h("ul", {}, children(null).map(node)),
+    subagents.length
+      ? [h("h2", {}, "Subagents"), h("ul", {}, subagents.map((c) => h("li", {},
+        h("a", { href: `#/s/${encodeURIComponent(c.child_session_id || c.session_id || "")}` },
+          c.child_session_id || c.session_id || "?"), " ", c.status || "")))]
+      : null);
+}
+
+function describe(e) {
+  const p = e.payload || {};
+  switch (e.type) {
+    case "UserPromptSubmitted": return p.text;
+    case "ModelResponseReceived":
+      return [p.text, ...(p.tool_calls || []).map((c) => `→ ${c.name}(${JSON.stringify(c.args)})`)]
+        .filter(Boolean).join("\n");
+    case "ToolCallRequested": return `${p.name}(${JSON.stringify(p.args)})`;
+    case "ToolCallFinished":
+      return p.error ? `failed: ${p.error}` : (p.output ?? (p.output_ref ? `[artifact ${p.output_ref}]` : ""));
+    case "ContextBuilt": return `${p.context_tokens} tokens (transcript ${p.transcript_tokens})`;
+    default: return JSON.stringify(p);
+  }
+}
+
+function eventRow(e, session, results) {
+  const p = e.payload || {};
+  const paired = e.type === "ToolCallRequested" || e.type === "ModelResponseReceived"
+    ? [p.tool_call_id, ...(p.tool_calls || []).map((c) => c.tool_call_id)].filter(Boolean)
+      .map((id) => results.get(id)).filter(Boolean)
+    : [];
+  const text = describe(e);
+  return h("div", { class: "event", id: `ev-${e.event_id}`, "data-seq": e.seq },
+    h("div", { class: "row" },
+      h("span", { class: "tag" }, `#${e.seq}`),
+      h("span", { class: "type" }, e.type),
+      h("span", { class: "muted" }, e.participant_id || e.actor || ""),
+      e.branch_id && e.branch_id !== "main" ? h("span", { class: "tag" }, e.branch_id) : null,
+      e.type === "ContextBuilt"
+        ? h("a", { class: "tag built", href: `#/a/${encodeURIComponent(p.assembly_id)}` }, "assembly")
+        : null,
+      paired.map((r) => h("a", { class: "tag", href: `#ev-${r.event_id}` },
+        `result #${r.seq}${r.payload.error ? " (failed)" : ""}`))),
+    text ? h("pre", {}, text.length > 4000 ? text.slice(0, 4000) + " …" : text) : null);
+}
+
+async function session(id, focus) {
+  crumbs(h("a", { href: "#/" }, "sessions"), h("span", {}, id));
+  const [summary, state] = await Promise.all([
+    api(`/v1/sessions/${encodeURIComponent(id)}`),
+    api(`/v1/sessions/${encodeURIComponent(id)}/state`),
+  ]);
+  const main = (state.branches && (state.branches.main || Object.values(state.branches)[0])) || {};
+  const timeline = h("div", { id: "timeline" });
+  const more = h("button", { type: "button", class: "plain" }, "Load more events");
+  const results = new Map();
+  let after = 0;
+  const load = async () => {
+    const page = await api(`/v1/sessions/${encodeURIComponent(id)}/events?after_seq=${after}&limit=${EVENTS_PAGE}`);
+    for (const e of page.events) {
+      if (e.type === "ToolCallFinished" && e.payload) results.set(e.payload.tool_call_id, e);
+    }
+    timeline.append(...page.events.map((e) => eventRow(e, id, results)));
+    if (page.events.length) after = page.events[page.events.length - 1].seq;
+    more.hidden = page.events.length < EVENTS_PAGE;
+    return page.events.length;
+  };
+  more.addEventListener("click", () => load().catch(failure));
+  show(
+    h("h1", {}, id),
+    h("section", {}, h("div", { class: "row" },
+      h("span", {}, `status ${summary.status}`), h("span", {}, `${summary.event_count} events`),
+      h("span", {}, `model ${summary.model?.model || "?"}`),
+      h("span", {}, `${(summary.open_tool_calls || []).length} open calls`),
+      summary.latest_compaction ? h("span", { class: "tag" }, "compacted") : null)),
+    h("div", { class: "grid" }, stateSection(main.state, id), branchTree(summary)),
+    h("section", {}, h("div", { class: "row" },
+      h("button", { id: "assemble", type: "button", onclick: () => assembleNow(id).catch(failure) },
+        "Assemble the next context"),
+      h("span", { class: "muted" }, "what the next model call would get, traced; it is recorded " +
+        "on the session's log as any assembly is"))),
+    h("section", {}, h("h2", {}, "Events"), timeline, more));
+  await load();
+  // An event linked from the task state: load on until it is there.
+  while (focus && !document.getElementById(`ev-${focus}`) && !more.hidden) await load();
+  document.getElementById(`ev-${focus}`)?.scrollIntoView();
+}
+
+// ---- one assembly -----------------------------------------------------------------------------
+
+function sectionOf(kind) {
+  return SECTIONS.find(([, kinds]) => kinds.includes(kind)) || OTHER;
+}
+
+function windowBar(a) {
+  const totals = new Map();
+  for (const s of a.included || []) {
+    const [name] = sectionOf(s.kind);
+    totals.set(name, (totals.get(name) || 0) + s.tokens);
+  }
+  const scale = Math.max(a.budget_tokens || 0, a.transcript_tokens || 0, a.context_tokens || 1);
+  const parts = [...SECTIONS, OTHER].filter(([name]) => totals.get(name));
+  const pct = (t) => `${((100 * t) / scale).toFixed(2)}%`;
+  return h("section", { id: "window" }, h("h2", {}, "Context window"),
+    h("div", { class: "bar", id: "context-bar", role: "img",
+      "aria-label": `context ${a.context_tokens} of ${a.budget_tokens} budget tokens` },
+    parts.map(([name, , colour]) => h("span", {
+      title: `${name}: ${totals.get(name)} tokens`, "data-section": name,
+      style: { width: pct(totals.get(name)), background: colour },
+    }))),
+    h("div", { class: "legend" }, parts.map(([name, , colour]) =>
+      h("span", {}, h("i", { style: { background: colour } }), `${name} ${totals.get(name)}`))),
+    h("p", { class: "muted" },
+      `${a.context_tokens} tokens sent of a ${a.budget_tokens}-token budget; transcript replay ` +
+      `would send ${a.transcript_tokens} (${a.transcript_tokens ? (100 - (100 * a.context_tokens) / a.transcript_tokens).toFixed(1) : "0"}% fewer).`),
+    h("div", { class: "bar", title: "transcript replay" },
+      h("span", { style: { width: pct(a.transcript_tokens || 0), background: "#c9ced8" } })),
+    h("p", { class: "muted" }, "above: this context by section; below: transcript replay, to scale"));
+}
+
+function included(a) {
+  return h("section", { id: "included" }, h("h2", {}, "Included"),
+    h("table", {},
+      h("thead", {}, h("tr", {}, ["kind", "tier", "reason", "sources"].map((c) => h("th", {}, c)),
+        h("th", { class: "num" }, "tokens"))),
+      h("tbody", {}, (a.included || []).map((s) => h("tr", {},
+        h("td", {}, s.kind), h("td", {}, s.tier), h("td", {}, s.reason),
+        h("td", {}, (s.source_event_ids || []).slice(0, 6).map((e) => [h("a", {
+          class: "tag", href: `#/s/${encodeURIComponent(a.session_id)}?event=${encodeURIComponent(e)}`,
+        }, e), " "]), (s.source_event_ids || []).length > 6 ? `+${s.source_event_ids.length - 6}` : ""),
+        h("td", { class: "num" }, s.tokens))))));
+}
+
+function omitted(a) {
+  const counts = Object.entries(a.omitted || {});
+  const items = a.omitted_items || [];
+  return h("section", { id: "omitted" }, h("h2", {}, "Left out"),
+    counts.length
+      ? h("ul", {}, counts.map(([reason, n]) => h("li", { "data-reason": reason }, `${reason}: ${n}`)))
+      : h("p", { class: "muted" }, "Nothing was left out."),
+    items.length
+      ? h("table", {}, h("tbody", {}, items.map((o) => h("tr", {},
+        h("td", {}, o.kind), h("td", {}, o.reason), h("td", {}, (o.source_event_ids || []).join(", ")),
+        h("td", { class: "num" }, o.tokens)))))
+      : a.traced ? null : h("p", { class: "muted" }, "A compact record: counts by reason only " +
+        "(assemble with \"trace\": true for every candidate). Ask about one below."));
+}
+
+function whyNot(a) {
+  const out = h("div", { id: "why-not-answer" });
+  const input = h("input", { name: "ref", size: 48, "aria-label": "reference",
+    placeholder: "event id, tool call id or artifact ref" });
+  return h("section", { id: "why-not" }, h("h2", {}, "Why / why not"),
+    h("form", {
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const ref = input.value.trim();
+        if (!ref) return;
+        out.replaceChildren(h("p", { class: "muted" }, "asking…"));
+        try {
+          const answer = await api(`/v1/assemblies/${encodeURIComponent(a.assembly_id)}?why_not=${encodeURIComponent(ref)}`);
+          out.replaceChildren(h("pre", {}, JSON.stringify(answer.explanation, null, 2)));
+        } catch (error) {
+          out.replaceChildren(h("p", { class: "error", role: "alert" }, error.message));
+        }
+      },
+    }, h("div", { class: "row" }, input, h("button", { type: "submit" }, "Explain"))),
+    out);
+}
+
+function providerRequest(payload) {
+  return h("section", { id: "provider-request" }, h("h2", {}, "Provider request"),
+    h("pre", {}, JSON.stringify(payload, null, 2)));
+}
+
+async function assembleNow(session) {
+  const built = await api(`/v1/sessions/${encodeURIComponent(session)}/context`, { trace: true });
+  await assembly(built.assembly.assembly_id, built.assembly, built.payload);
+  history.replaceState(null, "", `#/a/${encodeURIComponent(built.assembly.assembly_id)}`);
+}
+
+async function assembly(id, record, payload) {
+  const a = record || await api(`/v1/assemblies/${encodeURIComponent(id)}`);
+  crumbs(h("a", { href: "#/" }, "sessions"),
+    h("a", { href: `#/s/${encodeURIComponent(a.session_id)}` }, a.session_id), h("span", {}, id));
+  show(h("h1", {}, `Assembly ${id}`),
+    h("section", {}, h("div", { class: "row" },
+      h("span", {}, `policy ${a.policy_version}`), h("span", {}, `provider ${a.provider}`),
+      h("span", {}, `branch ${a.branch_id}`), h("span", {}, `participant ${a.participant_id}`),
+      h("span", {}, `snapshot seq ${a.snapshot_seq}`))),
+    windowBar(a), included(a), omitted(a), whyNot(a), payload ? providerRequest(payload) : null);
+}
+
+// ---- routing ----------------------------------------------------------------------------------
+
+async function route() {
+  if (!key()) return signIn();
+  document.getElementById("sign-out").hidden = false;
+  const [path, query] = location.hash.replace(/^#/, "").split("?");
+  const params = new URLSearchParams(query || "");
+  const parts = (path || "/").split("/").filter(Boolean).map(decodeURIComponent);
+  try {
+    if (parts[0] === "s" && parts[1]) await session(parts[1], params.get("event"));
+    else if (parts[0] === "a" && parts[1]) await assembly(parts[1]);
+    else await sessions(params.get("after"));
+  } catch (error) {
+    failure(error);
+  }
+}
+
+document.getElementById("sign-out").addEventListener("click", () => {
+  sessionStorage.removeItem(KEY);
+  location.hash = "#/";
+  signIn();
+});
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,195 @@
+// The inspector (/ui) end to end: Debian's Chromium, driven by playwright-core, against a real
+// `strata dev` loaded with the demo (tenant `dev`) and two of the team's scenario sessions
+// (tenant `acme`: a session forked into branches, and a debate of several participants).
+// Screenshots go to $STRATA_UI_SCREENSHOTS (default target/ui-screenshots) for a person to see.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { chromium } from "playwright-core";
+
+const root = resolve(import.meta.dirname, "../..");
+const strata = resolve(root, process.env.STRATA_BIN ?? "target/debug/strata");
+const shots = resolve(root, process.env.STRATA_UI_SCREENSHOTS ?? "target/ui-screenshots");
+const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
+
+let dataDir, server, url, devKey, acmeKey, browser, log = "";
+
+function cli(...args) {
+  return execFileSync(strata, [...args, "--data-dir", dataDir], { encoding: "utf8" }).trim();
+}
+
+function freePort() {
+  return new Promise((ok, fail) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+    s.on("error", fail);
+  });
+}
+
+async function ready(base) {
+  for (let i = 0; i < 300; i++) {
+    if (server.exitCode !== null) throw new Error(`strata dev exited:\n${log}`);
+    try {
+      if ((await fetch(`${base}/readyz`)).ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`strata dev not ready in 30 s:\n${log}`);
+}
+
+before(async () => {
+  dataDir = mkdtempSync(join(tmpdir(), "strata-ui-"));
+  mkdirSync(shots, { recursive: true });
+  cli("demo");
+  cli("import", resolve(root, "tests/scenarios/branch_isolation.jsonl"),
+    resolve(root, "tests/scenarios/debate_speaker_attribution.jsonl"));
+  acmeKey = cli("keys", "create", "--tenant", "acme");
+  const port = await freePort();
+  url = `http://127.0.0.1:${port}`;
+  server = spawn(strata, ["dev", "--data-dir", dataDir, "--listen", `127.0.0.1:${port}`,
+    "--fsync", "never"], { stdio: ["ignore", "pipe", "pipe"] });
+  server.stdout.on("data", (d) => (log += d));
+  server.stderr.on("data", (d) => (log += d));
+  await ready(url);
+  devKey = readFileSync(join(dataDir, "dev-api-key"), "utf8").trim();
+  browser = await chromium.launch({
+    executablePath: chromiumPath,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill("SIGTERM");
+  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+});
+
+/** A fresh tab (its own sessionStorage) that fails the test on any request off this server. */
+async function tab() {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  const offsite = [];
+  page.on("request", (r) => {
+    if (!r.url().startsWith(url)) offsite.push(r.url());
+  });
+  const errors = [];
+  page.on("pageerror", (e) => {
+    errors.push(String(e));
+    console.error(`script error in the page: ${e}`);
+  });
+  page.done = async () => {
+    assert.deepEqual(offsite, [], "requests left the server");
+    assert.deepEqual(errors, [], "script errors");
+    await context.close();
+  };
+  return page;
+}
+
+async function signIn(page, key) {
+  await page.goto(`${url}/ui`);
+  await page.fill("#api-key", key);
+  await page.click("button[type=submit]");
+}
+
+test("a refused key is told so and nothing is shown", async () => {
+  const page = await tab();
+  await signIn(page, "sk_not_a_key");
+  await page.getByRole("alert").waitFor();
+  assert.match(await page.getByRole("alert").innerText(), /refused/);
+  assert.equal(await page.locator("#sessions").count(), 0);
+  await page.done();
+});
+
+test("a tenant sees its sessions, their branch tree and participants, and never another's", async () => {
+  const page = await tab();
+  await signIn(page, acmeKey);
+  await page.locator("#sessions a").first().waitFor();
+  const listed = await page.locator("#sessions a").allInnerTexts();
+  assert.ok(listed.includes("scn-branches"), listed.join(", "));
+  assert.ok(!listed.includes("demo-invoice-fix"), "another tenant's session is listed");
+  await page.screenshot({ path: join(shots, "sessions.png") });
+
+  await page.click("text=scn-branches");
+  await page.locator("#branches").waitFor();
+  const tree = await page.locator("#branches").innerText();
+  assert.match(tree, /main/);
+  assert.match(tree, /forked at seq \d+/, tree);
+  await page.locator("#timeline .event").first().waitFor();
+  assert.ok((await page.locator("#timeline .event").count()) > 10);
+  await page.screenshot({ path: join(shots, "session-branches.png"), fullPage: true });
+
+  // The debate's speakers are its participants, each event labelled with its own.
+  await page.goto(`${url}/ui#/`);
+  const debate = listed.find((s) => s !== "scn-branches");
+  await page.click(`text=${debate}`);
+  await page.locator("#timeline .event").first().waitFor();
+  const speakers = new Set(await page.locator("#timeline .event .muted").allInnerTexts());
+  assert.ok(speakers.size >= 3, [...speakers].join(", "));
+
+  // Another tenant's session by its id: refused, and none of its content on the page.
+  await page.goto(`${url}/ui#/s/demo-invoice-fix`);
+  await page.getByRole("alert").waitFor();
+  assert.match(await page.getByRole("alert").innerText(), /404/);
+  assert.doesNotMatch(await page.locator("main").innerText(), /invoice bug|round_cents|half-even/);
+  await page.done();
+});
+
+test("an assembly shows its window by section, what it left out and why", async () => {
+  const page = await tab();
+  await signIn(page, devKey);
+  await page.click("text=demo-invoice-fix");
+  await page.locator("#task-state").waitFor();
+  assert.match(await page.locator("#task-state").innerText(), /invoice bug/);
+  await page.click("#timeline a.built");
+  await page.locator("#context-bar").waitFor();
+  const sections = await page.locator("#context-bar span").evaluateAll((s) =>
+    s.map((e) => [e.dataset.section, parseFloat(e.style.width)]));
+  const names = sections.map(([n]) => n);
+  for (const expected of ["system and tools", "task state", "current turn"]) {
+    assert.ok(names.includes(expected), names.join(", "));
+  }
+  assert.ok(!names.includes("other"), `a segment kind with no section: ${names.join(", ")}`);
+  assert.ok(sections.every(([, w]) => w > 0 && w <= 100), JSON.stringify(sections));
+  assert.match(await page.locator("#window").innerText(), /transcript replay would send \d+/);
+  assert.ok((await page.locator("#included tbody tr").count()) >= 3);
+  const reasons = await page.locator("#omitted [data-reason]").evaluateAll((l) =>
+    l.map((e) => e.dataset.reason));
+  assert.ok(reasons.includes("superseded"), reasons.join(", "));
+  await page.screenshot({ path: join(shots, "assembly.png"), fullPage: true });
+
+  // Why not: the first read of a file the demo read again later.
+  await page.fill("#why-not input", "demo-invoice-fix-0010");
+  await page.click("#why-not button");
+  await page.locator("#why-not-answer pre").waitFor();
+  const answer = await page.locator("#why-not-answer pre").innerText();
+  assert.match(answer, /demo-invoice-fix-0010|verdict|included|omitted/i, answer);
+  await page.screenshot({ path: join(shots, "why-not.png"), fullPage: true });
+
+  // Assembling now: the provider request as it would be sent, and the traced record with
+  // every candidate left out.
+  await page.goto(`${url}/ui#/s/demo-invoice-fix`);
+  await page.locator("#assemble").waitFor();
+  await page.screenshot({ path: join(shots, "session.png") });
+  await page.click("#assemble");
+  await page.locator("#provider-request").waitFor();
+  const request = JSON.parse(await page.locator("#provider-request pre").innerText());
+  assert.ok(Array.isArray(request.messages) && request.messages.length > 3);
+  assert.equal(request.messages[0].role, "system");
+  assert.ok((await page.locator("#omitted tbody tr").count()) > 0, "a traced record lists its omissions");
+
+  // Signing out forgets the key: the next view asks for one again.
+  await page.click("#sign-out");
+  await page.locator("#api-key").waitFor();
+  assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+  await page.done();
+});
