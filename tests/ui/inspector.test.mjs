@@ -187,6 +187,24 @@ test("an assembly shows its window by section, what it left out and why", async 
   assert.equal(request.messages[0].role, "system");
   assert.ok((await page.locator("#omitted tbody tr").count()) > 0, "a traced record lists its omissions");
 
+  // The two recorded assemblies side by side: the demo's and the one just made.
+  await page.goto(`${url}/ui#/s/demo-invoice-fix`);
+  await page.locator("#assemblies tbody tr").nth(1).waitFor();
+  const boxes = page.locator("#assemblies tbody input[type=checkbox]");
+  assert.equal(await boxes.count(), 2);
+  assert.ok(await page.locator("#compare").isDisabled());
+  await boxes.nth(0).check();
+  await boxes.nth(1).check();
+  await page.click("#compare");
+  await page.locator("#diff-summary").waitFor();
+  const summary = await page.locator("#diff-summary").innerText();
+  assert.match(summary, /strata\.assembly\/8/);
+  assert.match(summary, /tokens/);
+  await page.locator("#context-bar-first").waitFor();
+  await page.locator("#context-bar-second").waitFor();
+  await page.locator("#diff-segments").waitFor();
+  await page.screenshot({ path: join(shots, "diff.png"), fullPage: true });
+
   // Signing out forgets the key: the next view asks for one again.
   await page.click("#sign-out");
   await page.locator("#api-key").waitFor();

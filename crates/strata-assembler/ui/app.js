@@ -245,6 +245,30 @@ async function session(id, focus) {
   ]);
   const main = (state.branches && (state.branches.main || Object.values(state.branches)[0])) || {};
   const timeline = h("div", { id: "timeline" });
+  const built = h("tbody");
+  const picked = [];
+  const compare = h("button", { id: "compare", type: "button", class: "plain", disabled: true,
+    onclick: () => { location.hash = `#/diff/${picked.map(encodeURIComponent).join("/")}`; } },
+  "Compare the two picked");
+  const recorded = (e) => {
+    const box = h("input", { type: "checkbox", "aria-label": `pick ${e.payload.assembly_id}`,
+      onchange: (ev) => {
+        const id = e.payload.assembly_id;
+        if (ev.target.checked) picked.push(id);
+        else picked.splice(picked.indexOf(id), 1);
+        while (picked.length > 2) {
+          const dropped = picked.shift();
+          built.querySelector(`input[data-id="${dropped}"]`).checked = false;
+        }
+        compare.disabled = picked.length !== 2;
+      } });
+    box.dataset.id = e.payload.assembly_id;
+    return h("tr", {}, h("td", {}, box),
+      h("td", {}, h("a", { href: `#/a/${encodeURIComponent(e.payload.assembly_id)}` }, e.payload.assembly_id)),
+      h("td", { class: "num" }, `#${e.seq}`),
+      h("td", { class: "num" }, e.payload.context_tokens),
+      h("td", { class: "num" }, e.payload.transcript_tokens));
+  };
   const more = h("button", { type: "button", class: "plain" }, "Load more events");
   const results = new Map();
   let after = 0;
@@ -254,6 +278,8 @@ async function session(id, focus) {
       if (e.type === "ToolCallFinished" && e.payload) results.set(e.payload.tool_call_id, e);
     }
     timeline.append(...page.events.map((e) => eventRow(e, id, results)));
+    built.append(...page.events.filter((e) => e.type === "ContextBuilt" && e.payload?.assembly_id)
+      .map(recorded));
     if (page.events.length) after = page.events[page.events.length - 1].seq;
     more.hidden = page.events.length < EVENTS_PAGE;
     return page.events.length;
@@ -272,6 +298,11 @@ async function session(id, focus) {
         "Assemble the next context"),
       h("span", { class: "muted" }, "what the next model call would get, traced; it is recorded " +
         "on the session's log as any assembly is"))),
+    h("section", { id: "assemblies" }, h("h2", {}, "Recorded assemblies"),
+      h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, "assembly"),
+        h("th", { class: "num" }, "seq"), h("th", { class: "num" }, "tokens"),
+        h("th", { class: "num" }, "transcript"))), built),
+      h("p", { class: "muted" }, "of the events loaded below; pick two to compare them"), compare),
     h("section", {}, h("h2", {}, "Events"), timeline, more));
   await load();
   // An event linked from the task state: load on until it is there.
@@ -285,17 +316,18 @@ function sectionOf(kind) {
   return SECTIONS.find(([, kinds]) => kinds.includes(kind)) || OTHER;
 }
 
-function windowBar(a) {
+/** The window of `a` by section; `scale` (tokens for the full width) puts two on one scale. */
+function windowBar(a, suffix = "", scale = undefined) {
   const totals = new Map();
   for (const s of a.included || []) {
     const [name] = sectionOf(s.kind);
     totals.set(name, (totals.get(name) || 0) + s.tokens);
   }
-  const scale = Math.max(a.budget_tokens || 0, a.transcript_tokens || 0, a.context_tokens || 1);
+  scale = scale || Math.max(a.budget_tokens || 0, a.transcript_tokens || 0, a.context_tokens || 1);
   const parts = [...SECTIONS, OTHER].filter(([name]) => totals.get(name));
   const pct = (t) => `${((100 * t) / scale).toFixed(2)}%`;
-  return h("section", { id: "window" }, h("h2", {}, "Context window"),
-    h("div", { class: "bar", id: "context-bar", role: "img",
+  return h("section", { id: `window${suffix}` }, h("h2", {}, `Context window ${a.assembly_id}`),
+    h("div", { class: "bar", id: `context-bar${suffix}`, role: "img",
       "aria-label": `context ${a.context_tokens} of ${a.budget_tokens} budget tokens` },
     parts.map(([name, , colour]) => h("span", {
       title: `${name}: ${totals.get(name)} tokens`, "data-section": name,
@@ -384,6 +416,52 @@ async function assembly(id, record, payload) {
     windowBar(a), included(a), omitted(a), whyNot(a), payload ? providerRequest(payload) : null);
 }
 
+// ---- two assemblies side by side ---------------------------------------------------------------
+
+/** A segment's identity across assemblies: its kind and the events it was made of. */
+function segmentKey(s) {
+  return `${s.kind} ${(s.source_event_ids || []).join(",")}`;
+}
+
+async function diff(left, right) {
+  const [a, b] = await Promise.all([left, right].map((id) => api(`/v1/assemblies/${encodeURIComponent(id)}`)));
+  crumbs(h("a", { href: "#/" }, "sessions"),
+    h("a", { href: `#/s/${encodeURIComponent(a.session_id)}` }, a.session_id), h("span", {}, "compare"));
+  const inA = new Map((a.included || []).map((s) => [segmentKey(s), s]));
+  const inB = new Map((b.included || []).map((s) => [segmentKey(s), s]));
+  const rows = [];
+  for (const [k, s] of inA) {
+    const other = inB.get(k);
+    if (!other) rows.push(["only in the first", s, null]);
+    else if (other.tokens !== s.tokens || other.reason !== s.reason) rows.push(["changed", s, other]);
+  }
+  for (const [k, s] of inB) if (!inA.has(k)) rows.push(["only in the second", null, s]);
+  const reasons = [...new Set([...Object.keys(a.omitted || {}), ...Object.keys(b.omitted || {})])];
+  const scale = Math.max(...[a, b].flatMap((x) => [x.budget_tokens || 0, x.transcript_tokens || 0, 1]));
+  const head = (x) => h("a", { href: `#/a/${encodeURIComponent(x.assembly_id)}` }, x.assembly_id);
+  show(h("h1", {}, "Two assemblies"),
+    h("section", { id: "diff-summary" }, h("table", {},
+      h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, head(a)), h("th", {}, head(b)))),
+      h("tbody", {},
+        [["policy", "policy_version"], ["snapshot seq", "snapshot_seq"], ["tokens", "context_tokens"],
+          ["transcript replay", "transcript_tokens"], ["budget", "budget_tokens"]]
+          .map(([label, field]) => h("tr", {}, h("td", {}, label), h("td", {}, a[field]), h("td", {}, b[field]))),
+        reasons.map((r) => h("tr", {}, h("td", {}, `left out: ${r}`),
+          h("td", {}, (a.omitted || {})[r] || 0), h("td", {}, (b.omitted || {})[r] || 0)))))),
+    windowBar(a, "-first", scale), windowBar(b, "-second", scale),
+    h("section", { id: "diff-segments" }, h("h2", {}, "Segments that differ"),
+      rows.length
+        ? h("table", {}, h("thead", {}, h("tr", {}, ["", "kind", "reason", "sources"].map((c) => h("th", {}, c)),
+          h("th", { class: "num" }, "tokens"))),
+        h("tbody", {}, rows.map(([what, x, y]) => {
+          const s = x || y;
+          return h("tr", {}, h("td", {}, what), h("td", {}, s.kind), h("td", {}, (y || x).reason),
+            h("td", {}, (s.source_event_ids || []).slice(0, 4).join(", ")),
+            h("td", { class: "num" }, x && y ? `${x.tokens} → ${y.tokens}` : s.tokens));
+        })))
+        : h("p", { class: "muted" }, "The same segments, with the same tokens.")));
+}
+
 // ---- routing ----------------------------------------------------------------------------------
 
 async function route() {
@@ -395,6 +473,7 @@ async function route() {
   try {
     if (parts[0] === "s" && parts[1]) await session(parts[1], params.get("event"));
     else if (parts[0] === "a" && parts[1]) await assembly(parts[1]);
+    else if (parts[0] === "diff" && parts[1] && parts[2]) await diff(parts[1], parts[2]);
     else await sessions(params.get("after"));
   } catch (error) {
     failure(error);
