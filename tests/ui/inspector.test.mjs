@@ -150,6 +150,14 @@ test("an assembly shows its window by section, what it left out and why", async 
   await page.click("text=demo-invoice-fix");
   await page.locator("#task-state").waitFor();
   assert.match(await page.locator("#task-state").innerText(), /invoice bug/);
+  // An offloaded output: its preview inline, its raw bytes only when asked for.
+  const offloaded = page.locator("#timeline .event", { has: page.locator("button.raw-bytes") }).first();
+  const preview = await offloaded.locator("pre").first().innerText();
+  assert.match(preview, /bytes in artifact:sha256:[0-9a-f]{64}; preview:/);
+  await offloaded.locator("button.raw-bytes").click();
+  await offloaded.locator(".raw pre").waitFor();
+  const raw = await offloaded.locator(".raw pre").innerText();
+  assert.ok(raw.length > 0 && !raw.includes("preview:"), raw.slice(0, 200));
   await page.click("#timeline a.built");
   await page.locator("#context-bar").waitFor();
   const sections = await page.locator("#context-bar span").evaluateAll((s) =>

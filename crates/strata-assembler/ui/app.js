@@ -48,6 +48,29 @@ class ApiError extends Error {
   }
 }
 
+/** Most bytes of an artifact shown on the page. */
+const RAW_SHOWN_BYTES = 65536;
+
+/** An artifact's raw bytes as text, when the server's privacy policy lets them out. */
+async function artifactText(ref) {
+  const sha = ref.replace(/^artifact:sha256:/, "");
+  const response = await fetch(`/v1/artifacts/${encodeURIComponent(sha)}`, {
+    headers: { Authorization: `Bearer ${key()}` },
+  });
+  const text = await response.text();
+  if (!response.ok) {
+    let message = text;
+    try {
+      const parsed = JSON.parse(text);
+      message = parsed.error?.message || parsed.message || parsed.error || text;
+    } catch {
+      // not JSON: the body as it came
+    }
+    throw new ApiError(response.status, `${response.status}: ${message}`);
+  }
+  return text.length > RAW_SHOWN_BYTES ? text.slice(0, RAW_SHOWN_BYTES) + " …" : text;
+}
+
 async function api(path, body) {
   const headers = { Authorization: `Bearer ${key()}`, Accept: "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
@@ -210,7 +233,8 @@ function describe(e) {
         .filter(Boolean).join("\n");
     case "ToolCallRequested": return `${p.name}(${JSON.stringify(p.args)})`;
     case "ToolCallFinished":
-      return p.error ? `failed: ${p.error}` : (p.output ?? (p.output_ref ? `[artifact ${p.output_ref}]` : ""));
+      return p.error ? `failed: ${p.error}`
+        : (p.output ?? (p.output_ref ? `[${p.output_bytes ?? "?"} bytes in ${p.output_ref}; preview:]\n${p.output_preview ?? ""}` : ""));
     case "ContextBuilt": return `${p.context_tokens} tokens (transcript ${p.transcript_tokens})`;
     default: return JSON.stringify(p);
   }
@@ -234,7 +258,23 @@ function eventRow(e, session, results) {
         : null,
       paired.map((r) => h("a", { class: "tag", href: `#ev-${r.event_id}` },
         `result #${r.seq}${r.payload.error ? " (failed)" : ""}`))),
-    text ? h("pre", {}, text.length > 4000 ? text.slice(0, 4000) + " …" : text) : null);
+    text ? h("pre", {}, text.length > 4000 ? text.slice(0, 4000) + " …" : text) : null,
+    e.type === "ToolCallFinished" && p.output_ref ? rawButton(p.output_ref) : null);
+}
+
+/** "Raw bytes": the artifact as stored, fetched only when asked for (and refused when its
+ * privacy class withholds it). */
+function rawButton(ref) {
+  const out = h("div", { class: "raw" });
+  const button = h("button", { type: "button", class: "plain raw-bytes", onclick: async () => {
+    button.disabled = true;
+    try {
+      out.replaceChildren(h("pre", {}, await artifactText(ref)));
+    } catch (error) {
+      out.replaceChildren(h("p", { class: "error", role: "alert" }, error.message));
+    }
+  } }, "Raw bytes");
+  return h("div", {}, button, out);
 }
 
 async function session(id, focus) {
