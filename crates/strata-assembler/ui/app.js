@@ -48,6 +48,18 @@ class ApiError extends Error {
   }
 }
 
+/** The error of a refused call: the API's message when the body is its JSON error, else the body. */
+function refusal(status, text) {
+  let message = text;
+  try {
+    const parsed = JSON.parse(text);
+    message = parsed.error?.message || parsed.message || parsed.error || text;
+  } catch {
+    // not JSON: the body as it came
+  }
+  return new ApiError(status, `${status}: ${message}`);
+}
+
 /** Most bytes of an artifact shown on the page. */
 const RAW_SHOWN_BYTES = 65536;
 
@@ -58,16 +70,7 @@ async function artifactText(ref) {
     headers: { Authorization: `Bearer ${key()}` },
   });
   const text = await response.text();
-  if (!response.ok) {
-    let message = text;
-    try {
-      const parsed = JSON.parse(text);
-      message = parsed.error?.message || parsed.message || parsed.error || text;
-    } catch {
-      // not JSON: the body as it came
-    }
-    throw new ApiError(response.status, `${response.status}: ${message}`);
-  }
+  if (!response.ok) throw refusal(response.status, text);
   return text.length > RAW_SHOWN_BYTES ? text.slice(0, RAW_SHOWN_BYTES) + " …" : text;
 }
 
@@ -77,17 +80,8 @@ async function api(path, body) {
   const response = await fetch(path, body === undefined ? { headers }
     : { method: "POST", headers, body: JSON.stringify(body) });
   const text = await response.text();
-  let parsed = null;
-  try {
-    parsed = text ? JSON.parse(text) : null;
-  } catch {
-    parsed = null;
-  }
-  if (!response.ok) {
-    const message = (parsed && (parsed.error?.message || parsed.message || parsed.error)) || text;
-    throw new ApiError(response.status, `${response.status}: ${message}`);
-  }
-  return parsed;
+  if (!response.ok) throw refusal(response.status, text);
+  return text ? JSON.parse(text) : null;
 }
 
 function show(...nodes) {

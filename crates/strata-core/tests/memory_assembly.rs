@@ -67,6 +67,20 @@ fn call(
     }
 }
 
+/// An engine that has seen session `s` of project `alpha` start.
+fn engine_with_session_s() -> MemoryEngine {
+    let mut e = MemoryEngine::default();
+    e.observe(&ev(
+        "start",
+        "s",
+        "2026-06-03T10:00:00Z",
+        "SessionStarted",
+        json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 16000,
+            "reserved_output_tokens": 1000, "project_id": "alpha"}),
+    ));
+    e
+}
+
 fn snapshot(memories: Vec<Memory>, as_of: &str) -> Snapshot {
     serde_json::from_value(json!({
         "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": "agent",
@@ -84,15 +98,7 @@ fn snapshot(memories: Vec<Memory>, as_of: &str) -> Snapshot {
 
 #[test]
 fn memory_policy_is_applied_and_explained() {
-    let mut e = MemoryEngine::default();
-    e.observe(&ev(
-        "start",
-        "s",
-        "2026-06-03T10:00:00Z",
-        "SessionStarted",
-        json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 16000,
-            "reserved_output_tokens": 1000, "project_id": "alpha"}),
-    ));
+    let mut e = engine_with_session_s();
     let mut mems = Vec::new();
     call(
         &mut e,
@@ -211,15 +217,7 @@ fn memory_policy_is_applied_and_explained() {
 
 #[test]
 fn under_the_cap_memories_of_the_files_in_play_come_first_then_the_newest() {
-    let mut e = MemoryEngine::default();
-    e.observe(&ev(
-        "start",
-        "s",
-        "2026-06-03T10:00:00Z",
-        "SessionStarted",
-        json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 16000,
-            "reserved_output_tokens": 1000, "project_id": "alpha"}),
-    ));
+    let mut e = engine_with_session_s();
     let mut seed = Vec::new();
     call(
         &mut e,
@@ -392,15 +390,7 @@ fn a_short_session_gets_its_users_memories_from_other_sessions() {
 
 #[test]
 fn policy_8_leaves_out_a_hypothesis_whose_message_the_history_holds() {
-    let mut e = MemoryEngine::default();
-    e.observe(&ev(
-        "start",
-        "s",
-        "2026-06-03T10:00:00Z",
-        "SessionStarted",
-        json!({"model": {"provider": "openai", "model": "m"}, "context_window_tokens": 16000,
-            "reserved_output_tokens": 1000, "project_id": "alpha"}),
-    ));
+    let mut e = engine_with_session_s();
     let text = "The refund is probably stuck in the ledger_sync job";
     let mems: Vec<Memory> = e
         .observe(&ev(
