@@ -142,6 +142,16 @@ def test_1_a_restricted_failed_output_never_reaches_the_provider(owner: Attacker
         text = owner.context_text(s, provider=provider)
         assert SECRET not in text, provider
         assert "c1" in text, "the failure is still there, as its safe summary"
+    # Nor does the tenant's own event export quote it (the artifact endpoint's rule).
+    finished = _eventually(
+        lambda: [
+            e
+            for e in owner.get(f"/v1/sessions/{s}/events").json()["events"]
+            if e["type"] == "ToolCallFinished"
+        ]
+    )
+    assert SECRET not in str(finished)
+    assert finished[0]["payload"]["withheld"] == "restricted"
 
 
 def test_2_citing_a_stored_blob_by_reference_is_refused(owner: Attacker) -> None:

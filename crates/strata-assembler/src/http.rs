@@ -239,21 +239,30 @@ async fn events(
             q.limit
         )));
     }
-    match a.backends().store.session_fold(&tenant, &session).await {
-        Ok(Some(_)) => {}
+    let store = &a.backends().store;
+    let fold = match store.session_fold(&tenant, &session).await {
+        Ok(Some(fold)) => fold,
         Ok(None) => {
             return Err(ApiError::not_found(format!(
                 "session {session:?} not found"
             )))
         }
         Err(e) => return Err(store_error(e)),
-    }
-    let events = a
-        .backends()
-        .store
+    };
+    let mut events = store
         .events(&tenant, &session, q.after_seq, q.limit)
         .await
         .map_err(store_error)?;
+    let through = events
+        .last()
+        .and_then(|e| e.get("seq"))
+        .and_then(Value::as_u64)
+        .unwrap_or(q.after_seq);
+    let projected = store
+        .withheld_results(&tenant, &session, q.after_seq, through)
+        .await
+        .map_err(store_error)?;
+    crate::withhold::redact(&mut events, &projected, &fold.privacy);
     Ok(Json(json!({ "events": events })))
 }
 

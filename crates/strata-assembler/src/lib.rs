@@ -26,6 +26,7 @@ use strata_runtime::Backends;
 pub mod http;
 pub mod resume;
 pub mod ui;
+pub mod withhold;
 
 /// Errors of the assembler.
 #[derive(Debug, thiserror::Error)]

@@ -1193,6 +1193,98 @@ async fn a_client_cannot_cite_a_stored_blob_by_reference_to_launder_its_privacy(
 }
 
 #[tokio::test]
+async fn the_events_api_never_quotes_a_payload_privacy_policy_withholds() {
+    let h = Harness::new().await;
+    let start = with_field(
+        session_started("e0", "s1"),
+        "payload",
+        json!({"model": {"provider": "openai", "model": "gpt-4o"},
+            "context_window_tokens": 128000, "reserved_output_tokens": 4000,
+            "privacy": {"tools": {"crm": "confidential"}}}),
+    );
+    let mut events = vec![start];
+    let mut push = |batch: Value| events.extend(batch.as_array().unwrap().iter().cloned());
+    // Restricted by the event, inline and offloaded; confidential by the session's rule.
+    let mut inline = tool_batch("s1", "call-1", "token INLINE-SECRET-1");
+    inline[1]["payload"]["privacy_class"] = json!("restricted");
+    push(inline);
+    let mut big = tool_batch(
+        "s1",
+        "call-2",
+        &format!("BIG-SECRET-2\n{}", big_output(20 * 1024)),
+    );
+    big[1]["payload"]["privacy_class"] = json!("restricted");
+    push(big);
+    let mut crm = tool_batch("s1", "call-3", "CRM-SECRET-3");
+    crm[0]["payload"]["tool_calls"][0]["name"] = json!("crm");
+    push(crm);
+    let mut crm = tool_batch("s1", "call-4", "CRM-ERROR-SECRET-4");
+    crm[0]["payload"]["tool_calls"][0]["name"] = json!("crm");
+    crm[1]["payload"]["is_error"] = json!(true);
+    push(crm);
+    push(tool_batch("s1", "call-5", "tests passed OPEN-5"));
+    let (status, resp) = h.post_json(&h.acme, &Value::Array(events)).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends).await.unwrap();
+
+    // Page by page too: the class of a result is the projection's, whatever the page holds.
+    let mut listed = Vec::new();
+    let mut after = 0;
+    loop {
+        let uri = format!("/v1/sessions/s1/events?after_seq={after}&limit=3");
+        let (status, page) = h.send("GET", &uri, Some(&h.acme), Body::empty()).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let page = page["events"].as_array().unwrap().clone();
+        let Some(last) = page.last() else { break };
+        after = last["seq"].as_u64().unwrap();
+        listed.extend(page);
+    }
+    assert_eq!(listed.len(), 11);
+    let text = Value::Array(listed.clone()).to_string();
+    for secret in [
+        "INLINE-SECRET-1",
+        "BIG-SECRET-2",
+        "CRM-SECRET-3",
+        "CRM-FAIL-SECRET-4",
+    ] {
+        assert!(!text.contains(secret), "{secret} leaks through /events");
+    }
+    assert!(
+        text.contains("OPEN-5"),
+        "an unclassed output is the tenant's own"
+    );
+    let withheld: Vec<(&str, &str)> = listed
+        .iter()
+        .filter_map(|e| Some((e["event_id"].as_str()?, e["payload"]["withheld"].as_str()?)))
+        .collect();
+    assert_eq!(
+        withheld,
+        [
+            ("call-1-res", "restricted"),
+            ("call-2-res", "restricted"),
+            ("call-3-res", "confidential"),
+            ("call-4-res", "confidential")
+        ]
+    );
+    // The metadata stays: the offloaded output still names its artifact (which refuses too).
+    let offloaded = listed
+        .iter()
+        .find(|e| e["event_id"] == "call-2-res")
+        .unwrap();
+    let uri = offloaded["payload"]["output_ref"].as_str().unwrap();
+    let sha = uri.strip_prefix("artifact:sha256:").unwrap();
+    let (status, _) = h
+        .send(
+            "GET",
+            &format!("/v1/artifacts/{sha}"),
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
 async fn the_tenants_privacy_rule_is_stamped_into_session_start_as_a_floor() {
     let floor = strata_core::privacy::PrivacyDefaults::parse_per_tenant(
         r#"{"acme": {"unlabelled": "restricted", "tools": {"crm": "confidential"}}}"#,

@@ -293,6 +293,17 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
         sha256: &str,
     ) -> Result<Vec<Option<strata_core::payload::PrivacyClass>>>;
 
+    /// The `ToolCallFinished` events with `after_seq < seq <=
+    /// through_seq` whose projected privacy class is `confidential` or `restricted`, by event
+    /// id: what `GET /v1/sessions/{id}/events` must not quote.
+    async fn withheld_results(
+        &self,
+        tenant: &str,
+        session: &str,
+        after_seq: u64,
+        through_seq: u64,
+    ) -> Result<BTreeMap<String, strata_core::payload::PrivacyClass>>;
+
     /// The sessions of a tenant.
     async fn sessions(&self, tenant: &str) -> Result<Vec<SessionSummary>>;
 

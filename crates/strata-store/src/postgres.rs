@@ -807,6 +807,33 @@ impl ProjectionStore for PgStore {
             .collect())
     }
 
+    async fn withheld_results(
+        &self,
+        tenant: &str,
+        session: &str,
+        after_seq: u64,
+        through_seq: u64,
+    ) -> Result<BTreeMap<String, strata_core::payload::PrivacyClass>> {
+        let rows = sqlx::query(
+            "SELECT result_event_id, privacy_class FROM tool_calls \
+             WHERE tenant_id = $1 AND session_id = $2 AND result_seq > $3 AND result_seq <= $4 \
+             AND privacy_class IN ('confidential', 'restricted')",
+        )
+        .bind(text(tenant))
+        .bind(text(session))
+        .bind(after_seq as i64)
+        .bind(through_seq as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let class = common::parse_privacy_class(r.get::<Option<String>, _>(1))?;
+                Some((r.get::<Option<String>, _>(0)?, class))
+            })
+            .collect())
+    }
+
     async fn sessions(&self, tenant: &str) -> Result<Vec<SessionSummary>> {
         // Byte order, as SQLite sorts, whatever the database's collation.
         let rows = sqlx::query(

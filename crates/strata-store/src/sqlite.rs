@@ -695,6 +695,33 @@ impl ProjectionStore for SqliteStore {
             .collect())
     }
 
+    async fn withheld_results(
+        &self,
+        tenant: &str,
+        session: &str,
+        after_seq: u64,
+        through_seq: u64,
+    ) -> Result<BTreeMap<String, PrivacyClass>> {
+        let rows = sqlx::query(
+            "SELECT result_event_id, privacy_class FROM tool_calls \
+             WHERE tenant_id = ? AND session_id = ? AND result_seq > ? AND result_seq <= ? \
+             AND privacy_class IN ('confidential', 'restricted')",
+        )
+        .bind(tenant)
+        .bind(session)
+        .bind(after_seq as i64)
+        .bind(through_seq as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let class = common::parse_privacy_class(r.get::<Option<String>, _>(1))?;
+                Some((r.get::<Option<String>, _>(0)?, class))
+            })
+            .collect())
+    }
+
     async fn sessions(&self, tenant: &str) -> Result<Vec<SessionSummary>> {
         let rows = sqlx::query(
             "SELECT session_id, head_seq, event_count FROM session_folds WHERE tenant_id = ? \

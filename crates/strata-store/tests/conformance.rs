@@ -229,6 +229,7 @@ conformance!(
     snapshot_memories_and_compaction,
     snapshot_memories_are_the_newest_and_found_by_the_sessions_project,
     artifact_classes_are_those_of_the_tenants_references,
+    withheld_results_are_the_confidential_and_restricted_in_the_range,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1577,6 +1578,52 @@ async fn artifact_classes_are_those_of_the_tenants_references(backend: Arc<Backe
         .is_empty());
     assert!(store
         .artifact_classes("acme", &"cd".repeat(32))
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn withheld_results_are_the_confidential_and_restricted_in_the_range(backend: Arc<Backend>) {
+    use strata_core::payload::PrivacyClass;
+    let s = backend.open().await;
+    let store = s.store.as_ref();
+    let mut feed = Feed::new("acme", "s1", 0);
+    feed.started();
+    feed.assistant("main", "a1", "", &["c1", "c2", "c3", "c4"]);
+    let mut ids = Vec::new();
+    for (call, class) in [
+        ("c1", json!("restricted")),
+        ("c2", Value::Null),
+        ("c3", json!("internal")),
+        ("c4", json!("confidential")),
+    ] {
+        ids.push(feed.push(
+            "main",
+            "ToolCallFinished",
+            json!({"tool_call_id": call, "output": "x", "privacy_class": class}),
+        ));
+    }
+    store.commit_batch(feed.batch()).await.unwrap();
+    let all = store
+        .withheld_results("acme", "s1", 0, u64::MAX >> 1)
+        .await
+        .unwrap();
+    assert_eq!(all.into_iter().collect::<Vec<_>>(), {
+        let mut want = vec![
+            (ids[0].clone(), PrivacyClass::Restricted),
+            (ids[3].clone(), PrivacyClass::Confidential),
+        ];
+        want.sort();
+        want
+    });
+    // The range is the page's: only c4's result lies after c1's.
+    let after_first = store
+        .withheld_results("acme", "s1", feed.seq(&ids[0]), feed.seq(&ids[3]))
+        .await
+        .unwrap();
+    assert_eq!(after_first.keys().collect::<Vec<_>>(), [&ids[3]]);
+    assert!(store
+        .withheld_results("globex", "s1", 0, u64::MAX >> 1)
         .await
         .unwrap()
         .is_empty());
