@@ -219,3 +219,30 @@ test("an assembly shows its window by section, what it left out and why", async 
   assert.equal(await page.evaluate(() => sessionStorage.length), 0);
   await page.done();
 });
+
+test("a session's evaluation charts every call point against the baselines, under any policy", async () => {
+  const page = await tab();
+  await signIn(page, devKey);
+  await page.click("text=demo-invoice-fix");
+  await page.click("#evaluate");
+  await page.locator("#eval-totals").waitFor();
+  const rows = await page.locator("#eval-totals tbody tr").evaluateAll((r) =>
+    r.map((e) => [e.dataset.side, ...[...e.cells].slice(1).map((c) => c.innerText)]));
+  assert.deepEqual(rows.map(([side]) => side), ["strata", "transcript", "last_n", "truncated"]);
+  const tokens = Object.fromEntries(rows.map(([side, n]) => [side, Number(n)]));
+  assert.ok(tokens.strata > 0 && tokens.strata <= tokens.transcript, JSON.stringify(rows));
+  assert.equal(rows[1][3], "100.0%", "transcript replay holds all the evidence");
+  const drawn = await page.locator("#eval-tokens path").evaluateAll((p) => p.map((e) => e.dataset.side));
+  assert.deepEqual(drawn.sort(), ["last_n", "strata", "transcript"]);
+  assert.equal(await page.locator("#eval-recall path[data-side=strata]").count(), 1);
+  const points = await page.locator("#eval-out details tbody tr").count();
+  assert.ok(points >= 3, `${points} call points`);
+  await page.locator("#eval").screenshot({ path: join(shots, "eval.png") });
+
+  // The same points under an older policy: the yardstick of a change before it ships.
+  await page.selectOption("#eval-policy", "strata.assembly/3");
+  await page.click("#evaluate");
+  await page.locator("#eval-out p", { hasText: "under strata.assembly/3" }).waitFor();
+  assert.equal(await page.locator("#eval-out details tbody tr").count(), points);
+  await page.done();
+});

@@ -25,6 +25,7 @@ pub fn routes(assembler: Assembler) -> Router {
         .route("/v1/sessions/{session}/context", post(context))
         .route("/v1/sessions/{session}/state", get(state))
         .route("/v1/sessions/{session}/events", get(events))
+        .route("/v1/sessions/{session}/eval", get(eval))
         .route("/v1/assemblies/{assembly}", get(assembly))
         .route("/v1/artifacts/{sha256}", get(artifact))
         .route("/v1/openapi.yaml", get(openapi))
@@ -264,6 +265,16 @@ async fn events(
         .map_err(store_error)?;
     crate::withhold::redact(&mut events, &projected, &fold.privacy);
     Ok(Json(json!({ "events": events })))
+}
+
+async fn eval(
+    State(a): State<Assembler>,
+    Path(session): Path<String>,
+    Query(q): Query<crate::eval::EvalQuery>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&a, &headers).await?;
+    a.evaluate(&tenant, &session, &q).await.map(Json)
 }
 
 async fn artifact(

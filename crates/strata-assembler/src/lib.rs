@@ -23,6 +23,7 @@ use strata_ingest::{Ingestor, Publisher};
 pub use strata_providers::Rendered;
 use strata_runtime::Backends;
 
+pub mod eval;
 pub mod http;
 pub mod resume;
 pub mod ui;
@@ -265,6 +266,8 @@ pub struct Assembler {
     options: AssemblerOptions,
     /// Token counts of segments already seen: the next call of a session mostly re-sends them.
     tokens: Arc<CachedCounter<O200k>>,
+    /// One `GET /v1/sessions/{id}/eval` at a time (each re-folds its session).
+    evaluations: Arc<tokio::sync::Semaphore>,
 }
 
 /// Token counts kept by one assembler.
@@ -277,6 +280,7 @@ impl Assembler {
             ingestor,
             options,
             tokens: Arc::new(CachedCounter::new(O200k, TOKEN_CACHE_ENTRIES)),
+            evaluations: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 

@@ -332,6 +332,7 @@ async function session(id, focus) {
         "Assemble the next context"),
       h("span", { class: "muted" }, "what the next model call would get, traced; it is recorded " +
         "on the session's log as any assembly is"))),
+    evalSection(id),
     h("section", { id: "assemblies" }, h("h2", {}, "Recorded assemblies"),
       h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, "assembly"),
         h("th", { class: "num" }, "seq"), h("th", { class: "num" }, "tokens"),
@@ -342,6 +343,130 @@ async function session(id, focus) {
   // An event linked from the task state: load on until it is there.
   while (focus && !document.getElementById(`ev-${focus}`) && !more.hidden) await load();
   document.getElementById(`ev-${focus}`)?.scrollIntoView();
+}
+
+// ---- evaluation -------------------------------------------------------------------------------
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  el.append(...children.map((c) => (c instanceof Node ? c : document.createTextNode(String(c)))));
+  return el;
+}
+
+// The contexts an evaluation compares, in legend order.
+const SIDES = [
+  ["strata", "Strata", "#2f5bd3"],
+  ["transcript", "transcript replay", "#9aa3b2"],
+  ["last_n", "last-N observations", "#c48a1b"],
+  ["truncated", "truncation at Strata's size", "#d3582f"],
+];
+
+const percent = (part, whole) => (whole ? `${((100 * part) / whole).toFixed(1)}%` : "–");
+
+/**
+ * One line chart over the call points: `value(point, side)` per side, null for no value. The
+ * y axis runs from 0 to the largest value (or `top`).
+ */
+function lineChart(id, title, points, sides, value, top, unit) {
+  const W = 760, H = 190, L = 56, R = 10, T = 26, B = 24;
+  const values = points.flatMap((p) => sides.map(([s]) => value(p, s))).filter((v) => v !== null);
+  const max = top ?? Math.max(1, ...values);
+  const x = (i) => L + (points.length < 2 ? 0 : (i * (W - L - R)) / (points.length - 1));
+  const y = (v) => T + (H - T - B) * (1 - v / max);
+  const chart = svg("svg", { id, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title, class: "chart" },
+    svg("text", { x: L, y: 12, class: "chart-title" }, title),
+    svg("line", { x1: L, y1: y(0), x2: W - R, y2: y(0), stroke: "#d9dee7" }),
+    svg("text", { x: L - 6, y: y(max) + 4, "text-anchor": "end", class: "axis" }, `${Math.round(max)}${unit}`),
+    svg("text", { x: L - 6, y: y(0) + 4, "text-anchor": "end", class: "axis" }, `0${unit}`),
+    svg("text", { x: W - R, y: H - 6, "text-anchor": "end", class: "axis" }, `${points.length} call points`));
+  // Strata's line last, on top of a baseline it equals.
+  for (const [side, label, colour] of [...sides].reverse()) {
+    const path = points.map((p, i) => [i, value(p, side)]).filter(([, v]) => v !== null)
+      .map(([i, v], n) => `${n ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+    if (path) {
+      chart.append(svg("path", { d: path, fill: "none", stroke: colour, "stroke-width": 1.6,
+        "data-side": side }, svg("title", {}, label)));
+    }
+  }
+  return chart;
+}
+
+function evalLegend(sides) {
+  return h("div", { class: "legend" },
+    sides.map(([, label, colour]) => h("span", {}, h("i", { style: { background: colour } }), label)));
+}
+
+function evalTotals(report) {
+  const t = report.totals;
+  return h("table", { id: "eval-totals" },
+    h("thead", {}, h("tr", {}, h("th", {}, "context"), h("th", { class: "num" }, "tokens"),
+      h("th", { class: "num" }, "vs transcript"), h("th", { class: "num" }, "evidence held"))),
+    h("tbody", {}, SIDES.map(([side, label]) => h("tr", { "data-side": side },
+      h("td", {}, side === "last_n" ? `last-${report.last_n} observations` : label),
+      h("td", { class: "num" }, t[side].tokens),
+      h("td", { class: "num" }, percent(t[side].tokens, t.transcript.tokens)),
+      h("td", { class: "num" }, percent(t[side].present, t.evidence))))));
+}
+
+function evalPoints(report) {
+  return h("details", {}, h("summary", {}, "Call points"),
+    h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "response"), h("th", { class: "num" }, "seq"),
+      h("th", { class: "num" }, "tokens"), h("th", { class: "num" }, "transcript"),
+      h("th", { class: "num" }, "evidence"), h("th", { class: "num" }, "held"), h("th", {}, "missing"))),
+    h("tbody", {}, report.points.map((p) => h("tr", {},
+      h("td", {}, h("a", { href: `#/s/${encodeURIComponent(report.session_id)}?event=${encodeURIComponent(p.event_id)}` }, p.event_id)),
+      h("td", { class: "num" }, `#${p.seq}`),
+      h("td", { class: "num" }, p.sides.strata.tokens),
+      h("td", { class: "num" }, p.sides.transcript.tokens),
+      h("td", { class: "num" }, p.evidence),
+      h("td", { class: "num" }, p.sides.strata.present),
+      h("td", {}, p.missing.map((m) => h("code", { class: "tag" }, m.text)),
+        p.missing_count > p.missing.length ? ` +${p.missing_count - p.missing.length}` : ""))))));
+}
+
+/** The `strata eval` yardstick for this session, run on request (it re-folds the session). */
+function evalSection(id) {
+  const out = h("div", { id: "eval-out" });
+  const choice = h("select", { id: "eval-policy", "aria-label": "policy" },
+    h("option", { value: "recorded" }, "each call's recorded policy"));
+  const run = h("button", { id: "evaluate", type: "button", onclick: async () => {
+    run.disabled = true;
+    out.replaceChildren(h("p", { class: "muted" }, "evaluating…"));
+    try {
+      const report = await api(`/v1/sessions/${encodeURIComponent(id)}/eval?policy=${encodeURIComponent(choice.value)}`);
+      if (choice.options.length === 1) {
+        choice.append(...report.policies.map((p) => h("option", { value: p }, p)));
+      }
+      out.replaceChildren(...evalReport(report));
+    } catch (error) {
+      out.replaceChildren(h("p", { class: "error", role: "alert" }, String(error.message || error)));
+    } finally {
+      run.disabled = false;
+    }
+  } }, "Evaluate");
+  return h("section", { id: "eval" }, h("h2", {}, "Evaluation"),
+    h("div", { class: "row" }, run, choice, h("span", { class: "muted" },
+      "each model call's context, re-assembled, against the evidence its response used")),
+    out);
+}
+
+function evalReport(report) {
+  if (!report.points.length) return [h("p", { class: "muted" }, "No call points: no model response has a state before it.")];
+  const recall = (p, side) => (p.evidence ? (100 * p.sides[side].present) / p.evidence : null);
+  return [
+    h("p", {}, `${report.points.length} call points, ${report.totals.evidence} references of ` +
+      `evidence, under ${report.policy}; ${report.elapsed_secs.toFixed(2)} s`),
+    evalTotals(report),
+    lineChart("eval-tokens", "context tokens per call point", report.points,
+      SIDES.filter(([s]) => s !== "truncated"), (p, s) => p.sides[s].tokens, undefined, ""),
+    lineChart("eval-recall", "evidence held per call point", report.points,
+      SIDES.filter(([s]) => s !== "transcript"), recall, 100, "%"),
+    evalLegend(SIDES),
+    evalPoints(report),
+  ];
 }
 
 // ---- one assembly -----------------------------------------------------------------------------

@@ -1285,6 +1285,92 @@ async fn the_events_api_never_quotes_a_payload_privacy_policy_withholds() {
 }
 
 #[tokio::test]
+async fn a_session_is_evaluated_per_call_point_against_the_baselines() {
+    let h = Harness::new().await;
+    let mut events = vec![
+        session_started("e0", "ev"),
+        event(
+            "e1",
+            "ev",
+            "UserPromptSubmitted",
+            json!({"message_id": "u1", "text": "The parser tests fail; fix them."}),
+        ),
+    ];
+    let mut run = tool_batch(
+        "ev",
+        "call-1",
+        "FAILED tests/test_parse.py::test_split_header - AssertionError: 3 != 4",
+    );
+    run[1]["payload"]["is_error"] = json!(true);
+    events.extend(run.as_array().unwrap().iter().cloned());
+    let mut fix = tool_batch("ev", "call-2", "applied");
+    fix[0]["payload"]["text"] =
+        json!("test_split_header in tests/test_parse.py expects 4 fields; editing the parser.");
+    events.extend(fix.as_array().unwrap().iter().cloned());
+    let (status, resp) = h.post_json(&h.acme, &Value::Array(events)).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends).await.unwrap();
+
+    let (status, report) = h
+        .send("GET", "/v1/sessions/ev/eval", Some(&h.acme), Body::empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(report["policy"], "recorded");
+    let points = report["points"].as_array().unwrap();
+    let responses: Vec<&str> = points
+        .iter()
+        .map(|p| p["event_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(responses, ["call-1-req", "call-2-req"]);
+    // The second response names the failing test, seen in the first result.
+    let second = &points[1];
+    assert!(second["evidence"].as_u64().unwrap() >= 1, "{second}");
+    let sides = &second["sides"];
+    assert_eq!(
+        sides["strata"]["present"], sides["transcript"]["present"],
+        "{second}"
+    );
+    assert!(sides["strata"]["tokens"].as_u64().unwrap() > 0);
+    assert!(second.get("tenant_id").is_none());
+    assert_eq!(report["totals"]["points"], 2);
+
+    // Under a named policy, and refusals that say what is wrong.
+    let (status, under) = h
+        .send(
+            "GET",
+            "/v1/sessions/ev/eval?policy=strata.assembly/3",
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{under}");
+    assert_eq!(under["points"][1]["policy"], "strata.assembly/3");
+    let (status, bad) = h
+        .send(
+            "GET",
+            "/v1/sessions/ev/eval?policy=nope",
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(bad.to_string().contains("strata.assembly/8"), "{bad}");
+    let (status, _) = h
+        .send(
+            "GET",
+            "/v1/sessions/ev/eval",
+            Some(&h.globex),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "another tenant's session does not exist"
+    );
+}
+
+#[tokio::test]
 async fn the_tenants_privacy_rule_is_stamped_into_session_start_as_a_floor() {
     let floor = strata_core::privacy::PrivacyDefaults::parse_per_tenant(
         r#"{"acme": {"unlabelled": "restricted", "tools": {"crm": "confidential"}}}"#,
