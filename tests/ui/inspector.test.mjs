@@ -118,6 +118,23 @@ test("a tenant sees its sessions, their branch tree and participants, and never 
   assert.ok(listed.includes("scn-branches"), listed.join(", "));
   assert.ok(!listed.includes("demo-invoice-fix"), "another tenant's session is listed");
   await page.screenshot({ path: join(shots, "sessions.png") });
+  // Each row says when it last moved, its branches and who took part.
+  const row = await page.locator("#sessions tr", { hasText: "scn-branches" }).evaluate((r) =>
+    [...r.cells].map((c) => c.innerText));
+  assert.match(row[1], /^\d{4}-\d\d-\d\dT/, row.join(" | "));
+  assert.ok(Number(row[3]) >= 2, `branches: ${row.join(" | ")}`);
+  assert.ok(row[4].length > 0, `participants: ${row.join(" | ")}`);
+  // A search asks the server, so it reaches past the page loaded.
+  await page.fill("#filter", "branch");
+  await page.press("#filter", "Enter");
+  await page.waitForFunction(() => document.querySelectorAll("#sessions tbody tr").length === 1);
+  assert.deepEqual(await page.locator("#sessions a").allInnerTexts(), ["scn-branches"]);
+  await page.fill("#filter", "demo");
+  await page.press("#filter", "Enter");
+  await page.locator("#sessions + p.muted").waitFor();
+  assert.equal(await page.locator("#sessions tbody tr").count(), 0, "another tenant's session is found");
+  await page.goto(`${url}/ui#/`);
+  await page.locator("#sessions a").first().waitFor();
 
   await page.click("text=scn-branches");
   await page.locator("#branches").waitFor();

@@ -197,6 +197,9 @@ def test_sessions_follow_pagination(client: strata.Client) -> None:
     assert len(listed) == len(set(listed))
     after = [s.session_id for s in client.sessions(after=ids[0], page_size=1)]
     assert ids[0] not in after and ids[1] in after and ids[2] in after
+    found = list(client.sessions(id_contains=prefix, page_size=2))
+    assert [s.session_id for s in found] == ids
+    assert all(s.event_count == 1 and s.last_event_at for s in found)
 
 
 def test_compact_a_long_session(client: strata.Client, session_id: str) -> None:

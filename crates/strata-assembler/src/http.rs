@@ -132,6 +132,8 @@ struct SessionsQuery {
     /// Only sessions whose ids sort after this one (the previous page's `next_after`).
     after: Option<String>,
     limit: Option<u32>,
+    /// Only sessions whose ids contain this text.
+    q: Option<String>,
 }
 
 async fn list_sessions(
@@ -146,19 +148,41 @@ async fn list_sessions(
             "limit: {limit} is out of range; ask for 1 to {SESSIONS_PAGE_MAX} sessions"
         )));
     }
+    let id_contains = q.q.as_deref().filter(|q| !q.is_empty());
     let sessions = a
         .backends()
         .store
-        .sessions_page(&tenant, q.after.as_deref(), limit)
+        .sessions_listing(&tenant, q.after.as_deref(), limit, id_contains)
         .await
         .map_err(store_error)?;
     // A full page may have a next one: its cursor is the last id listed.
     let next_after = (sessions.len() == limit as usize)
         .then(|| sessions.last().map(|s| s.session_id.clone()))
         .flatten();
+    let sessions: Vec<Value> = sessions.iter().map(listed).collect();
     Ok(Json(
         json!({ "sessions": sessions, "next_after": next_after }),
     ))
+}
+
+/// A session as `GET /v1/sessions` lists it: what it is, when it last moved, who took part,
+/// and what is unfinished in it (open calls, unresolved errors, all branches).
+fn listed(s: &strata_store::SessionListing) -> Value {
+    let branches = s.fold.branches.values();
+    let errors: usize = branches.clone().map(|b| b.state.errors.len()).sum();
+    let subagents: usize = branches.map(|b| b.state.subagents.len()).sum();
+    json!({
+        "session_id": s.session_id,
+        "head_seq": s.head_seq,
+        "event_count": s.event_count,
+        "last_event_at": s.last_event_at,
+        "model": s.model,
+        "participants": s.participants,
+        "branches": s.fold.branches.len(),
+        "open_tool_calls": s.fold.open_tool_calls.len(),
+        "unresolved_errors": errors,
+        "subagents": subagents,
+    })
 }
 
 async fn state(

@@ -136,24 +136,34 @@ function signIn(message) {
 
 // ---- sessions ---------------------------------------------------------------------------------
 
-async function sessions(after) {
+/** A session's row: what it is, when it last moved, who took part, what is unfinished in it. */
+function sessionRow(s) {
+  const flag = (n, what) => (n ? h("span", { class: "tag warn" }, `${n} ${what}`) : null);
+  return h("tr", {},
+    h("td", {}, h("a", { href: `#/s/${encodeURIComponent(s.session_id)}` }, s.session_id)),
+    h("td", {}, s.last_event_at || "–"),
+    h("td", { class: "num" }, s.event_count),
+    h("td", { class: "num" }, s.branches ?? "–"),
+    h("td", {}, (s.participants || []).join(", ")),
+    h("td", {}, s.model || ""),
+    h("td", {}, flag(s.open_tool_calls, "open calls"), " ", flag(s.unresolved_errors, "errors"),
+      " ", flag(s.subagents, "subagents")));
+}
+
+async function sessions(after, search) {
   crumbs(h("a", { href: "#/" }, "sessions"));
   const q = new URLSearchParams({ limit: SESSIONS_PAGE });
   if (after) q.set("after", after);
+  if (search) q.set("q", search);
   const page = await api(`/v1/sessions?${q}`);
-  const filter = h("input", { id: "filter", placeholder: "filter by id", "aria-label": "filter" });
-  const body = h("tbody");
-  const render = () => {
-    const term = filter.value.trim().toLowerCase();
-    body.replaceChildren(...page.sessions
-      .filter((s) => !term || s.session_id.toLowerCase().includes(term))
-      .map((s) => h("tr", {},
-        h("td", {}, h("a", { href: `#/s/${encodeURIComponent(s.session_id)}` }, s.session_id)),
-        h("td", { class: "num" }, s.event_count),
-        h("td", { class: "num" }, s.head_seq))));
-  };
-  filter.addEventListener("input", render);
-  render();
+  const here = (extra) => `#/?${new URLSearchParams({ ...(search ? { q: search } : {}), ...extra })}`;
+  const filter = h("form", {
+    onsubmit: (e) => {
+      e.preventDefault();
+      location.hash = here({ q: e.target.elements.q.value.trim() });
+    },
+  }, h("input", { id: "filter", name: "q", value: search || "", placeholder: "search ids",
+    "aria-label": "search session ids" }), " ", h("button", { type: "submit", class: "plain" }, "Search"));
   const open = h("form", {
     onsubmit: (e) => {
       e.preventDefault();
@@ -162,19 +172,19 @@ async function sessions(after) {
     },
   }, h("input", { name: "open", placeholder: "open a session by id", "aria-label": "session id" }),
   " ", h("button", { type: "submit", class: "plain" }, "Open"));
+  const head = ["session", "last activity", "events", "branches", "participants", "model", ""];
   show(h("section", {},
     h("h1", {}, "Sessions"),
     h("div", { class: "row" }, filter, open),
     h("table", { id: "sessions" },
-      h("thead", {}, h("tr", {}, h("th", {}, "session"), h("th", { class: "num" }, "events"),
-        h("th", { class: "num" }, "head seq"))),
-      body),
-    page.sessions.length === 0 ? h("p", { class: "muted" }, "No sessions for this key.") : null,
+      h("thead", {}, h("tr", {}, head.map((t) => h("th", { class: t === "events" || t === "branches" ? "num" : null }, t)))),
+      h("tbody", {}, page.sessions.map(sessionRow))),
+    page.sessions.length === 0
+      ? h("p", { class: "muted" }, search ? `No session id contains "${search}".` : "No sessions for this key.")
+      : null,
     h("div", { class: "row" },
-      after ? h("a", { href: "#/" }, "first page") : null,
-      page.next_after
-        ? h("a", { href: `#/?after=${encodeURIComponent(page.next_after)}` }, "next page")
-        : null)));
+      after ? h("a", { href: here({}) }, "first page") : null,
+      page.next_after ? h("a", { href: here({ after: page.next_after }) }, "next page") : null)));
 }
 
 // ---- one session ------------------------------------------------------------------------------
@@ -633,7 +643,7 @@ async function route() {
     if (parts[0] === "s" && parts[1]) await session(parts[1], params.get("event"));
     else if (parts[0] === "a" && parts[1]) await assembly(parts[1]);
     else if (parts[0] === "diff" && parts[1] && parts[2]) await diff(parts[1], parts[2]);
-    else await sessions(params.get("after"));
+    else await sessions(params.get("after"), params.get("q"));
   } catch (error) {
     failure(error);
   }

@@ -668,3 +668,32 @@ where
     }
     Ok(())
 }
+
+/// A row of `sessions_listing`: id, head seq, events, fold, last timestamp, model, participants
+/// (newline-separated: ids never hold control characters).
+pub(crate) fn session_listing(
+    id: String,
+    head_seq: i64,
+    event_count: i64,
+    fold: &str,
+    last_event_at: Option<String>,
+    model: Option<String>,
+    participants: Option<String>,
+) -> Result<crate::SessionListing> {
+    let mut participants: Vec<String> = participants
+        .unwrap_or_default()
+        .split('\n')
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect();
+    participants.sort();
+    Ok(crate::SessionListing {
+        session_id: id,
+        head_seq: head_seq as u64,
+        event_count: event_count as u64,
+        last_event_at,
+        model,
+        participants,
+        fold: parse_fold(fold)?,
+    })
+}

@@ -172,6 +172,22 @@ pub struct SessionSummary {
     pub event_count: u64,
 }
 
+/// A session as the inspector's list shows it: its summary, when it last moved, its model, who
+/// took part and its fold (branches, open calls, unresolved errors).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionListing {
+    pub session_id: String,
+    pub head_seq: u64,
+    pub event_count: u64,
+    /// Timestamp of its newest event (RFC 3339, as the event carried it).
+    pub last_event_at: Option<String>,
+    /// The model its `SessionStarted` named.
+    pub model: Option<String>,
+    /// The participants of its events, sorted.
+    pub participants: Vec<String>,
+    pub fold: SessionFold,
+}
+
 /// One branch of a session as its events say: how far it reaches and when it last moved.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct BranchHead {
@@ -315,6 +331,16 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<SessionSummary>>;
+
+    /// One page of [`ProjectionStore::sessions_page`] with what a list of sessions shows
+    /// ([`SessionListing`]), only sessions whose ids contain `id_contains` when given.
+    async fn sessions_listing(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: u32,
+        id_contains: Option<&str>,
+    ) -> Result<Vec<SessionListing>>;
 
     /// The tenant an API key (by its SHA-256) belongs to.
     async fn tenant_for_key(&self, key_sha256: &str) -> Result<Option<String>>;

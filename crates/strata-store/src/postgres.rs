@@ -864,6 +864,46 @@ impl ProjectionStore for PgStore {
         Ok(rows.iter().map(session_summary).collect())
     }
 
+    async fn sessions_listing(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: u32,
+        id_contains: Option<&str>,
+    ) -> Result<Vec<crate::SessionListing>> {
+        let rows = sqlx::query(
+            "SELECT f.session_id, f.head_seq, f.event_count, f.fold, \
+             (SELECT e.timestamp FROM events e WHERE e.tenant_id = f.tenant_id \
+               AND e.session_id = f.session_id AND e.seq = f.head_seq), \
+             (SELECT s.model FROM sessions s WHERE s.tenant_id = f.tenant_id \
+               AND s.session_id = f.session_id), \
+             (SELECT string_agg(DISTINCT e.participant_id, E'\\n') FROM events e \
+               WHERE e.tenant_id = f.tenant_id AND e.session_id = f.session_id) \
+             FROM session_folds f WHERE f.tenant_id = $1 AND f.session_id COLLATE \"C\" > $2 \
+             AND ($3::text IS NULL OR strpos(f.session_id, $3) > 0) \
+             ORDER BY f.session_id COLLATE \"C\" LIMIT $4",
+        )
+        .bind(text(tenant))
+        .bind(text(after.unwrap_or("")))
+        .bind(id_contains.map(text))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                common::session_listing(
+                    r.get(0),
+                    r.get(1),
+                    r.get(2),
+                    r.get::<&str, _>(3),
+                    r.get(4),
+                    r.get(5),
+                    r.get(6),
+                )
+            })
+            .collect()
+    }
+
     async fn tenant_for_key(&self, key_sha256: &str) -> Result<Option<String>> {
         let row = sqlx::query(
             "SELECT tenant_id FROM api_keys WHERE key_sha256 = $1 AND revoked_at IS NULL \

@@ -1116,6 +1116,57 @@ async fn sessions_listing(backend: Arc<Backend>) {
         .await
         .unwrap()
         .is_empty());
+
+    // The listing: filtered by a plain substring of the id (no wildcards), with what a list shows.
+    let mut feed = Feed::new("acme", "with-calls", 9);
+    feed.started();
+    feed.assistant("main", "a1", "", &["c1"]);
+    store.commit_batch(feed.batch()).await.unwrap();
+    let ids = |page: Vec<strata_store::SessionListing>| {
+        page.into_iter().map(|s| s.session_id).collect::<Vec<_>>()
+    };
+    let found = store
+        .sessions_listing("acme", None, 10, Some("a-"))
+        .await
+        .unwrap();
+    assert_eq!(found[1].model.as_deref(), Some("gpt-4o"));
+    assert_eq!(
+        found[1].last_event_at.as_deref(),
+        Some("2026-06-03T10:00:00Z")
+    );
+    assert_eq!((found[1].head_seq, found[1].fold.event_count), (6, 6));
+    assert_eq!(ids(found), ["a-10", "a-9"]);
+    let underscore = store
+        .sessions_listing("acme", None, 10, Some("_"))
+        .await
+        .unwrap();
+    assert_eq!(ids(underscore), ["_x", "a_1"]);
+    assert!(store
+        .sessions_listing("acme", None, 10, Some("%"))
+        .await
+        .unwrap()
+        .is_empty());
+    let calls = store
+        .sessions_listing("acme", None, 10, Some("calls"))
+        .await
+        .unwrap();
+    assert_eq!(calls[0].fold.open_tool_calls.len(), 1);
+    assert_eq!(
+        calls[0].participants.len(),
+        1,
+        "{:?}",
+        calls[0].participants
+    );
+    let all = store
+        .sessions_listing("acme", Some("a_1"), 10, None)
+        .await
+        .unwrap();
+    assert_eq!(ids(all), ["b-2", "with-calls"]);
+    assert!(store
+        .sessions_listing("other", None, 10, None)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 async fn api_keys(backend: Arc<Backend>) {

@@ -183,15 +183,19 @@ class AsyncClient(BaseClient):
             after_seq = _api.next_after_seq(page, after_seq)
 
     def sessions(
-        self, *, after: str | None = None, page_size: int = 100
+        self, *, after: str | None = None, page_size: int = 100, id_contains: str | None = None
     ) -> AsyncIterator[SessionSummary]:
-        """The tenant's sessions by id (byte order) after ``after``, a page at a time."""
+        """The tenant's sessions by id (byte order) after ``after``, a page at a time; only those
+        whose ids contain ``id_contains`` when given. Each says when it last moved, who took part
+        and what is unfinished in it (open calls, unresolved errors)."""
         _api.check_sessions_paging(page_size)
-        return self._sessions(after, page_size)
+        return self._sessions(after, page_size, id_contains)
 
-    async def _sessions(self, after: str | None, page_size: int) -> AsyncIterator[SessionSummary]:
+    async def _sessions(
+        self, after: str | None, page_size: int, id_contains: str | None
+    ) -> AsyncIterator[SessionSummary]:
         while True:
-            page, after = await self._send(_api.sessions_page(after, page_size))
+            page, after = await self._send(_api.sessions_page(after, page_size, id_contains))
             for session in page:
                 yield session
             if after is None:

@@ -178,15 +178,19 @@ class Client(BaseClient):
             after_seq = _api.next_after_seq(page, after_seq)
 
     def sessions(
-        self, *, after: str | None = None, page_size: int = 100
+        self, *, after: str | None = None, page_size: int = 100, id_contains: str | None = None
     ) -> Iterator[SessionSummary]:
-        """The tenant's sessions by id (byte order) after ``after``, a page at a time."""
+        """The tenant's sessions by id (byte order) after ``after``, a page at a time; only those
+        whose ids contain ``id_contains`` when given. Each says when it last moved, who took part
+        and what is unfinished in it (open calls, unresolved errors)."""
         _api.check_sessions_paging(page_size)
-        return self._sessions(after, page_size)
+        return self._sessions(after, page_size, id_contains)
 
-    def _sessions(self, after: str | None, page_size: int) -> Iterator[SessionSummary]:
+    def _sessions(
+        self, after: str | None, page_size: int, id_contains: str | None
+    ) -> Iterator[SessionSummary]:
         while True:
-            page, after = self._send(_api.sessions_page(after, page_size))
+            page, after = self._send(_api.sessions_page(after, page_size, id_contains))
             yield from page
             if after is None:
                 return

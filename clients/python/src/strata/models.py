@@ -197,6 +197,13 @@ class SessionSummary(_Response):
     session_id: str
     head_seq: NonNegativeInt
     event_count: NonNegativeInt
+    last_event_at: str | None = None
+    model: str | None = None
+    participants: list[str] = []
+    branches: NonNegativeInt = 0
+    open_tool_calls: NonNegativeInt = 0
+    unresolved_errors: NonNegativeInt = 0
+    subagents: NonNegativeInt = 0
 
 
 class Sourced(_Response):
