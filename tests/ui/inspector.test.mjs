@@ -261,5 +261,20 @@ test("a session's evaluation charts every call point against the baselines, unde
   await page.click("#evaluate");
   await page.locator("#eval-out p", { hasText: "under strata.assembly/3" }).waitFor();
   assert.equal(await page.locator("#eval-out details tbody tr").count(), points);
+
+  // One call point under the call's own policy and another, segment by segment.
+  await page.click("#eval-out summary");
+  await page.locator("#eval-out a.pdiff").last().click();
+  await page.locator("#diff-summary").waitFor();
+  const heads = await page.locator("#diff-summary thead th").allInnerTexts();
+  assert.match(heads[1], /strata\.assembly\/8 \(the call's own\)/, heads.join(" | "));
+  assert.match(heads[2], /strata\.assembly\/\d/, heads.join(" | "));
+  await page.selectOption("#pdiff-policy", "strata.assembly/3");
+  await page.locator("#diff-summary thead th", { hasText: /^strata\.assembly\/3$/ }).waitFor();
+  await page.locator("#context-bar-first").waitFor();
+  await page.locator("#context-bar-second").waitFor();
+  const differs = await page.locator("#diff-segments tbody tr").count();
+  assert.ok(differs > 0, "policy 3 keeps the current turn verbatim where 8 ages it");
+  await page.screenshot({ path: join(shots, "policy-diff.png"), fullPage: true });
   await page.done();
 });

@@ -39,6 +39,10 @@ pub struct EvalQuery {
     /// The size every assembly aims for (default: the recorded target, or none).
     #[serde(default)]
     pub target_tokens: Option<u64>,
+    /// A call point (its response's event id): the answer also holds the traced record of the
+    /// assembly there, for a comparison of two policies segment by segment.
+    #[serde(default)]
+    pub point: Option<String>,
 }
 
 impl Assembler {
@@ -93,6 +97,7 @@ impl Assembler {
             rehydrate_max_bytes: self.options.rehydrate_max_bytes,
             confidential_providers: self.options.confidential_providers.clone(),
             keep_points: true,
+            assembly_at: query.point.clone(),
             ..EvalOptions::default()
         };
         let last_n = options.last_n;
@@ -104,7 +109,20 @@ impl Assembler {
             .session("session", events)
             .await
             .map_err(|e| ApiError::internal(&e))?;
-        Ok(answer(session, last_n, evaluator.finish()))
+        let mut report = evaluator.finish();
+        let assembly = report.assembly.take();
+        let mut answer = answer(session, last_n, report);
+        if let Some(point) = &query.point {
+            let record = assembly.ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "point: {point:?} is not a call point of session {session:?} (a model \
+                     response with a state before it)"
+                ))
+            })?;
+            answer["assembly"] =
+                serde_json::to_value(record).map_err(|e| ApiError::internal(&e))?;
+        }
+        Ok(answer)
     }
 }
 

@@ -427,7 +427,8 @@ function evalPoints(report) {
       h("th", { class: "num" }, "tokens"), h("th", { class: "num" }, "transcript"),
       h("th", { class: "num" }, "evidence"), h("th", { class: "num" }, "held"), h("th", {}, "missing"))),
     h("tbody", {}, report.points.map((p) => h("tr", {},
-      h("td", {}, h("a", { href: `#/s/${encodeURIComponent(report.session_id)}?event=${encodeURIComponent(p.event_id)}` }, p.event_id)),
+      h("td", {}, h("a", { href: `#/s/${encodeURIComponent(report.session_id)}?event=${encodeURIComponent(p.event_id)}` }, p.event_id),
+        " ", h("a", { class: "tag pdiff", href: `#/pdiff/${encodeURIComponent(report.session_id)}/${encodeURIComponent(p.event_id)}` }, "other policy")),
       h("td", { class: "num" }, `#${p.seq}`),
       h("td", { class: "num" }, p.sides.strata.tokens),
       h("td", { class: "num" }, p.sides.transcript.tokens),
@@ -596,6 +597,38 @@ async function diff(left, right) {
   const [a, b] = await Promise.all([left, right].map((id) => api(`/v1/assemblies/${encodeURIComponent(id)}`)));
   crumbs(h("a", { href: "#/" }, "sessions"),
     h("a", { href: `#/s/${encodeURIComponent(a.session_id)}` }, a.session_id), h("span", {}, "compare"));
+  const head = (x) => h("a", { href: `#/a/${encodeURIComponent(x.assembly_id)}` }, x.assembly_id);
+  show(h("h1", {}, "Two assemblies"), ...diffView(a, b, head(a), head(b)));
+}
+
+/**
+ * One call point of a session assembled under two policies (re-folded through the evaluation,
+ * nothing recorded): the call's own policy against `other`, segment by segment.
+ */
+async function policyDiff(session, point, other) {
+  crumbs(h("a", { href: "#/" }, "sessions"),
+    h("a", { href: `#/s/${encodeURIComponent(session)}` }, session), h("span", {}, `${point}: two policies`));
+  const at = (policy) => api(`/v1/sessions/${encodeURIComponent(session)}/eval?` +
+    new URLSearchParams({ policy, point }));
+  // One after the other: the server runs one evaluation at a time.
+  const own = await at("recorded");
+  const chosen = other || own.policies.find((p) => p !== own.assembly.policy_version);
+  const theirs = await at(chosen);
+  const choice = h("select", { id: "pdiff-policy", "aria-label": "policy to compare with",
+    onchange: (e) => { location.hash = `#/pdiff/${encodeURIComponent(session)}/${encodeURIComponent(point)}?policy=${encodeURIComponent(e.target.value)}`; } },
+  own.policies.map((p) => h("option", { value: p, selected: p === chosen }, p)));
+  const score = (r) => r.points.find((p) => p.event_id === point);
+  const held = (r) => { const p = score(r); return p ? `${p.sides.strata.present} of ${p.evidence}` : "–"; };
+  show(h("h1", {}, `Call point ${point} under two policies`),
+    h("section", {}, h("div", { class: "row" }, h("span", {}, "compare the call's own policy with"), choice),
+      h("p", { class: "muted" }, "both re-assembled from the session's events as the evaluation does; " +
+        `evidence the response used held: ${held(own)} against ${held(theirs)}`)),
+    ...diffView(own.assembly, theirs.assembly, `${own.assembly.policy_version} (the call's own)`,
+      theirs.assembly.policy_version));
+}
+
+/** The comparison of two assembly records: summary, both windows on one scale, the segments that differ. */
+function diffView(a, b, headA, headB) {
   const inA = new Map((a.included || []).map((s) => [segmentKey(s), s]));
   const inB = new Map((b.included || []).map((s) => [segmentKey(s), s]));
   const rows = [];
@@ -607,10 +640,9 @@ async function diff(left, right) {
   for (const [k, s] of inB) if (!inA.has(k)) rows.push(["only in the second", null, s]);
   const reasons = [...new Set([...Object.keys(a.omitted || {}), ...Object.keys(b.omitted || {})])];
   const scale = Math.max(...[a, b].flatMap((x) => [x.budget_tokens || 0, x.transcript_tokens || 0, 1]));
-  const head = (x) => h("a", { href: `#/a/${encodeURIComponent(x.assembly_id)}` }, x.assembly_id);
-  show(h("h1", {}, "Two assemblies"),
+  return [
     h("section", { id: "diff-summary" }, h("table", {},
-      h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, head(a)), h("th", {}, head(b)))),
+      h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, headA), h("th", {}, headB))),
       h("tbody", {},
         [["policy", "policy_version"], ["snapshot seq", "snapshot_seq"], ["tokens", "context_tokens"],
           ["transcript replay", "transcript_tokens"], ["budget", "budget_tokens"]]
@@ -628,7 +660,8 @@ async function diff(left, right) {
             h("td", {}, (s.source_event_ids || []).slice(0, 4).join(", ")),
             h("td", { class: "num" }, x && y ? `${x.tokens} → ${y.tokens}` : s.tokens));
         })))
-        : h("p", { class: "muted" }, "The same segments, with the same tokens.")));
+        : h("p", { class: "muted" }, "The same segments, with the same tokens.")),
+  ];
 }
 
 // ---- routing ----------------------------------------------------------------------------------
@@ -643,6 +676,7 @@ async function route() {
     if (parts[0] === "s" && parts[1]) await session(parts[1], params.get("event"));
     else if (parts[0] === "a" && parts[1]) await assembly(parts[1]);
     else if (parts[0] === "diff" && parts[1] && parts[2]) await diff(parts[1], parts[2]);
+    else if (parts[0] === "pdiff" && parts[1] && parts[2]) await policyDiff(parts[1], parts[2], params.get("policy"));
     else await sessions(params.get("after"), params.get("q"));
   } catch (error) {
     failure(error);

@@ -1345,6 +1345,33 @@ async fn a_session_is_evaluated_per_call_point_against_the_baselines() {
         .await;
     assert_eq!(status, StatusCode::OK, "{under}");
     assert_eq!(under["points"][1]["policy"], "strata.assembly/3");
+    assert!(
+        under.get("assembly").is_none(),
+        "a record only for a named point"
+    );
+    // One call point's traced record, for a comparison segment by segment.
+    let (status, at) = h
+        .send(
+            "GET",
+            "/v1/sessions/ev/eval?policy=strata.assembly/3&point=call-2-req",
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{at}");
+    assert_eq!(at["assembly"]["policy_version"], "strata.assembly/3");
+    assert_eq!(at["assembly"]["traced"], true);
+    assert!(!at["assembly"]["included"].as_array().unwrap().is_empty());
+    let (status, none) = h
+        .send(
+            "GET",
+            "/v1/sessions/ev/eval?point=e1",
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{none}");
+    assert!(none.to_string().contains("not a call point"), "{none}");
     let (status, bad) = h
         .send(
             "GET",

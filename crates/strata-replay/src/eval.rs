@@ -62,6 +62,9 @@ pub struct EvalOptions {
     pub keep_points: bool,
     /// Directory for the scratch projection set (default: a temporary directory).
     pub scratch_dir: Option<PathBuf>,
+    /// Keep the full record of the assembly at this call point (the response's event id) in
+    /// [`EvalReport::assembly`].
+    pub assembly_at: Option<String>,
 }
 
 impl Default for EvalOptions {
@@ -77,6 +80,7 @@ impl Default for EvalOptions {
             artifact_threshold: 8 * 1024,
             keep_points: false,
             scratch_dir: None,
+            assembly_at: None,
         }
     }
 }
@@ -127,6 +131,9 @@ pub struct EvalReport {
     pub unreadable: Vec<String>,
     #[serde(skip)]
     pub points: Vec<PointResult>,
+    /// The traced record of the assembly at [`EvalOptions::assembly_at`], when reached.
+    #[serde(skip)]
+    pub assembly: Option<ContextAssembly>,
 }
 
 /// Evaluates sessions one at a time into one scratch set.
@@ -354,6 +361,9 @@ impl<'a> Evaluator<'a> {
             self.options.last_n,
         );
         run.totals.add(&score);
+        if self.options.assembly_at.as_deref() == Some(event.event_id.as_str()) {
+            self.report.assembly = Some(assembled.assembly.clone());
+        }
         if self.options.keep_points {
             let mut segments: BTreeMap<String, u64> = BTreeMap::new();
             for s in &assembled.assembly.included {
