@@ -150,7 +150,9 @@ test("a tenant sees its sessions, their branch tree and participants, and never 
   const debate = listed.find((s) => s !== "scn-branches");
   await page.click(`text=${debate}`);
   await page.locator("#timeline .event").first().waitFor();
-  const speakers = new Set(await page.locator("#timeline .event .muted").allInnerTexts());
+  // textContent: rows off screen are not rendered, so they have no innerText.
+  const speakers = new Set(await page.locator("#timeline .event .row > .muted").evaluateAll((l) =>
+    l.map((e) => e.textContent)));
   assert.ok(speakers.size >= 3, [...speakers].join(", "));
 
   // Another tenant's session by its id: refused, and none of its content on the page.
@@ -169,12 +171,23 @@ test("an assembly shows its window by section, what it left out and why", async 
   assert.match(await page.locator("#task-state").innerText(), /invoice bug/);
   // An offloaded output: its preview inline, its raw bytes only when asked for.
   const offloaded = page.locator("#timeline .event", { has: page.locator("button.raw-bytes") }).first();
+  // Rows off screen are not rendered (content-visibility), so their text is read on screen.
+  await offloaded.scrollIntoViewIfNeeded();
   const preview = await offloaded.locator("pre").first().innerText();
   assert.match(preview, /bytes in artifact:sha256:[0-9a-f]{64}; preview:/);
   await offloaded.locator("button.raw-bytes").click();
   await offloaded.locator(".raw pre").waitFor();
   const raw = await offloaded.locator(".raw pre").innerText();
   assert.ok(raw.length > 0 && !raw.includes("preview:"), raw.slice(0, 200));
+  // "Why?" on an event of the timeline: the first recorded assembly after it answers.
+  const event = page.locator("#ev-demo-invoice-fix-0010");
+  await event.scrollIntoViewIfNeeded();
+  await event.locator(".why-button").click();
+  await event.locator(".why pre").waitFor();
+  const because = await event.locator(".why pre").innerText();
+  console.log(`why? ${because}`);
+  assert.match(because, /superseded|included|left out/i, because);
+  assert.ok(await event.locator(".why a[href^='#/a/']").count() === 1, "it names the assembly");
   await page.click("#timeline a.built");
   await page.locator("#context-bar").waitFor();
   const sections = await page.locator("#context-bar span").evaluateAll((s) =>

@@ -244,13 +244,39 @@ function describe(e) {
   }
 }
 
-function eventRow(e, session, results) {
+/**
+ * "Why?": asks the first recorded assembly after the event (of those loaded) why it did or did
+ * not include it, and shows the answer under the event.
+ */
+function whyButton(e, assemblyAfter) {
+  const out = h("div", { class: "why" });
+  const button = h("button", { type: "button", class: "plain why-button", onclick: async () => {
+    const a = assemblyAfter(e.seq);
+    if (!a) {
+      out.replaceChildren(h("p", { class: "muted" }, "No recorded assembly after this event among those loaded."));
+      return;
+    }
+    out.replaceChildren(h("p", { class: "muted" }, "asking…"));
+    try {
+      const answer = await api(`/v1/assemblies/${encodeURIComponent(a.id)}?why_not=${encodeURIComponent(e.event_id)}`);
+      out.replaceChildren(h("p", { class: "muted" }, "in ",
+        h("a", { href: `#/a/${encodeURIComponent(a.id)}` }, a.id), ` (seq ${a.seq}):`),
+      h("pre", {}, (answer.explanation || []).join("\n")));
+    } catch (error) {
+      out.replaceChildren(h("p", { class: "error", role: "alert" }, error.message));
+    }
+  } }, "why?");
+  return [button, out];
+}
+
+function eventRow(e, session, results, assemblyAfter) {
   const p = e.payload || {};
   const paired = e.type === "ToolCallRequested" || e.type === "ModelResponseReceived"
     ? [p.tool_call_id, ...(p.tool_calls || []).map((c) => c.tool_call_id)].filter(Boolean)
       .map((id) => results.get(id)).filter(Boolean)
     : [];
   const text = describe(e);
+  const [why, answer] = e.type === "ContextBuilt" || !assemblyAfter ? [null, null] : whyButton(e, assemblyAfter);
   return h("div", { class: "event", id: `ev-${e.event_id}`, "data-seq": e.seq },
     h("div", { class: "row" },
       h("span", { class: "tag" }, `#${e.seq}`),
@@ -261,9 +287,9 @@ function eventRow(e, session, results) {
         ? h("a", { class: "tag built", href: `#/a/${encodeURIComponent(p.assembly_id)}` }, "assembly")
         : null,
       paired.map((r) => h("a", { class: "tag", href: `#ev-${r.event_id}` },
-        `result #${r.seq}${r.payload.error ? " (failed)" : ""}`))),
+        `result #${r.seq}${r.payload.error ? " (failed)" : ""}`)), why),
     text ? h("pre", {}, text.length > 4000 ? text.slice(0, 4000) + " …" : text) : null,
-    e.type === "ToolCallFinished" && p.output_ref ? rawButton(p.output_ref) : null);
+    e.type === "ToolCallFinished" && p.output_ref ? rawButton(p.output_ref) : null, answer);
 }
 
 /** "Raw bytes": the artifact as stored, fetched only when asked for (and refused when its
@@ -315,13 +341,18 @@ async function session(id, focus) {
   };
   const more = h("button", { type: "button", class: "plain" }, "Load more events");
   const results = new Map();
+  // Recorded assemblies by seq, as their pages load: what a "why?" asks.
+  const assemblies = [];
+  const assemblyAfter = (seq) => assemblies.find((a) => a.seq > seq);
   let after = 0;
   const load = async () => {
     const page = await api(`/v1/sessions/${encodeURIComponent(id)}/events?after_seq=${after}&limit=${EVENTS_PAGE}`);
     for (const e of page.events) {
       if (e.type === "ToolCallFinished" && e.payload) results.set(e.payload.tool_call_id, e);
     }
-    timeline.append(...page.events.map((e) => eventRow(e, id, results)));
+    assemblies.push(...page.events.filter((e) => e.type === "ContextBuilt" && e.payload?.assembly_id)
+      .map((e) => ({ seq: e.seq, id: e.payload.assembly_id })));
+    timeline.append(...page.events.map((e) => eventRow(e, id, results, assemblyAfter)));
     built.append(...page.events.filter((e) => e.type === "ContextBuilt" && e.payload?.assembly_id)
       .map(recorded));
     if (page.events.length) after = page.events[page.events.length - 1].seq;
