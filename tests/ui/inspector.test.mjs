@@ -185,7 +185,6 @@ test("an assembly shows its window by section, what it left out and why", async 
   await event.locator(".why-button").click();
   await event.locator(".why pre").waitFor();
   const because = await event.locator(".why pre").innerText();
-  console.log(`why? ${because}`);
   assert.match(because, /superseded|included|left out/i, because);
   assert.ok(await event.locator(".why a[href^='#/a/']").count() === 1, "it names the assembly");
   await page.click("#timeline a.built");
