@@ -288,6 +288,23 @@ impl Assembler {
         &self.backends
     }
 
+    /// Loads what the first request would otherwise load lazily (the o200k tokenizer's tables),
+    /// so that a service reports ready only once its first context costs what the rest do.
+    pub async fn warm(&self) {
+        let started = Instant::now();
+        let tokens = self.tokens.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || {
+            use strata_core::tokens::TokenCounter;
+            tokens.count("warm the tokenizer")
+        })
+        .await
+        {
+            tracing::warn!(error = %e, "warming the tokenizer failed; the first request loads it");
+        }
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        tracing::info!(elapsed_ms, "assembler warm");
+    }
+
     /// Assembles the context of the next model call of `session` for `tenant`.
     pub async fn context(
         &self,

@@ -55,6 +55,7 @@ pub(crate) async fn run(
         ingestor.clone(),
         policy.apply(AssemblerOptions::default()),
     );
+    assembler.warm().await;
     let router = strata_ingest::http::routes(ingestor.clone())
         .merge(strata_assembler::http::routes(assembler))
         .merge(strata_compactor::http::routes(backends.clone(), ingestor));

@@ -57,6 +57,8 @@ async fn main() -> anyhow::Result<()> {
             ..AssemblerOptions::default()
         }),
     );
+    // `/readyz` stays 503 until the first context costs what the rest do.
+    assembler.warm().await;
     service
         .serve(http::routes(assembler).merge(compaction))
         .await
