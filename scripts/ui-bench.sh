@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Times the inspector page on a long session (tests/ui/bench.mjs): first paint of a session's
-# page, the whole timeline loaded page by page, scrolling to its end, with and without the rule
-# that rows off screen are not laid out. Builds the release `strata` unless $STRATA_BIN names
+# page, the whole timeline loaded page by page, scrolling through it, with the timeline windowed
+# and with every row kept in the page. Builds the release `strata` unless $STRATA_BIN names
 # one; installs Chromium and the npm packages as scripts/ui-tests.sh does. EVENTS=N sets the
 # session's length (default 10,000).
 set -euo pipefail

@@ -1,11 +1,12 @@
 // The inspector (/ui) end to end: Debian's Chromium, driven by playwright-core, against a real
 // `strata dev` loaded with the demo (tenant `dev`) and two of the team's scenario sessions
-// (tenant `acme`: a session forked into branches, and a debate of several participants).
+// (tenant `acme`: a session forked into branches, and a debate of several participants), and a
+// long agent turn generated here (tenant `dev`).
 // Screenshots go to $STRATA_UI_SCREENSHOTS (default target/ui-screenshots) for a person to see.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -17,6 +18,27 @@ const shots = resolve(root, process.env.STRATA_UI_SCREENSHOTS ?? "target/ui-scre
 const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
 
 let dataDir, server, url, devKey, acmeKey, browser, log = "";
+
+// A long agent turn (tenant `dev`): a task, then a call and its result per step.
+const LONG = "ui-long-session";
+const LONG_EVENTS = 900;
+
+function longSession() {
+  const lines = [];
+  const at = (i) => new Date(Date.UTC(2026, 5, 3, 10) + i * 1000).toISOString().replace(".000", "");
+  const ev = (i, type, payload) => lines.push(JSON.stringify({ event_id: `${LONG}-${i}`,
+    session_id: LONG, timestamp: at(i), type, actor: "agent", payload }));
+  ev(0, "SessionStarted", { model: { provider: "openai", model: "gpt-4o" },
+    context_window_tokens: 128000, reserved_output_tokens: 8000, system_prompt: "You are careful.",
+    tools: [{ name: "bash", description: "run a command", schema: { type: "object" } }] });
+  ev(1, "UserPromptSubmitted", { message_id: "u1", text: "Make the parser tests pass." });
+  for (let i = 2, step = 1; i + 1 < LONG_EVENTS; step++) {
+    ev(i++, "ModelResponseReceived", { message_id: `m${step}`, text: `Step ${step}: reading mod_${step}.py`,
+      tool_calls: [{ tool_call_id: `call-${step}`, name: "bash", args: { cmd: `cat src/mod_${step}.py` } }] });
+    ev(i++, "ToolCallFinished", { tool_call_id: `call-${step}`, output: `def fn_${step}(x):\n    return x` });
+  }
+  return lines.join("\n") + "\n";
+}
 
 function cli(...args) {
   return execFileSync(strata, [...args, "--data-dir", dataDir], { encoding: "utf8" }).trim();
@@ -51,6 +73,9 @@ before(async () => {
   cli("demo");
   cli("import", resolve(root, "tests/scenarios/branch_isolation.jsonl"),
     resolve(root, "tests/scenarios/debate_speaker_attribution.jsonl"));
+  const long = join(dataDir, "long.jsonl");
+  writeFileSync(long, longSession());
+  cli("import", long);
   acmeKey = cli("keys", "create", "--tenant", "acme");
   const port = await freePort();
   url = `http://127.0.0.1:${port}`;
@@ -246,6 +271,84 @@ test("an assembly shows its window by section, what it left out and why", async 
   await page.click("#sign-out");
   await page.locator("#api-key").waitFor();
   assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+  await page.done();
+});
+
+/** Clicks "Load more events" until the timeline has every page. */
+async function loadAll(page) {
+  await page.evaluate(async () => {
+    const more = [...document.querySelectorAll("button")].find((b) => b.textContent === "Load more events");
+    const rows = () => document.getElementById("timeline").dataset.rows;
+    while (!more.hidden) {
+      const n = rows();
+      more.click();
+      while (rows() === n && !more.hidden) await new Promise((ok) => setTimeout(ok, 5));
+    }
+  });
+}
+
+test("a long timeline keeps only the pages near the screen in the page, and finds any event", async () => {
+  // Two recorded assemblies after every event (two budgets: an assembly's id is its content's),
+  // so a "why?" can ask either.
+  for (const budget of [60000, 30000]) {
+    const r = await fetch(`${url}/v1/sessions/${LONG}/context`, { method: "POST",
+      headers: { Authorization: `Bearer ${devKey}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ budget }) });
+    assert.equal(r.status, 200, await r.text());
+  }
+  const page = await tab();
+  await signIn(page, devKey);
+  await page.locator("#sessions a").first().waitFor();
+  await page.goto(`${url}/ui#/s/${LONG}`);
+  await page.locator("#timeline .event").first().waitFor();
+  await loadAll(page);
+  const rows = Number(await page.locator("#timeline").getAttribute("data-rows"));
+  assert.ok(rows >= LONG_EVENTS, `rows loaded: ${rows}`);
+  // Pages far below the screen leave the document (their rows are kept for when they return).
+  await page.waitForFunction((n) => document.querySelectorAll("#timeline .event").length < n / 2, rows);
+  await page.evaluate(() => window.scrollTo(0, document.body.scrollHeight));
+  await page.locator("#timeline .page:last-child .event").last().waitFor({ state: "attached" });
+  await page.waitForFunction(() => !document.getElementById("ev-ui-long-session-0"));
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.locator(`#ev-${LONG}-0`).waitFor();
+
+  // A link to an event far down the log loads on to it and shows it.
+  await page.goto(`${url}/ui#/s/${LONG}?event=${LONG}-${LONG_EVENTS - 2}`);
+  const far = page.locator(`#ev-${LONG}-${LONG_EVENTS - 2}`);
+  await far.waitFor();
+  await page.waitForFunction((id) => {
+    const r = document.getElementById(id).getBoundingClientRect();
+    return r.top >= 0 && r.bottom <= window.innerHeight;
+  }, `ev-${LONG}-${LONG_EVENTS - 2}`);
+
+  // "Why?" asks the first assembly after the event, and any other later one on request.
+  const step = page.locator(`#ev-${LONG}-3`);
+  await page.goto(`${url}/ui#/s/${LONG}`);
+  await step.locator(".why-button").click();
+  await step.locator(".why pre").waitFor();
+  // It loaded on to the first assembly; with every page loaded, both are offered.
+  await loadAll(page);
+  await step.locator(".why-button").click();
+  await step.locator(".why select").waitFor();
+  const first = await step.locator(".why a[href^='#/a/']").getAttribute("href");
+  const choice = step.locator(".why select");
+  assert.equal(await choice.locator("option").count(), 2);
+  await choice.selectOption({ index: 1 });
+  await page.waitForFunction(([id, before]) =>
+    document.querySelector(`#${id} .why a[href^='#/a/']`)?.getAttribute("href") !== before,
+  [`ev-${LONG}-3`, first]);
+  assert.match(await step.locator(".why pre").innerText(), /included|left out|aged|superseded/i);
+
+  // Every row kept in the page on request (find-in-page over all of them).
+  await page.goto(`${url}/ui#/s/${LONG}?rows=all`);
+  const allIn = () => document.querySelectorAll("#timeline .event").length ===
+    Number(document.getElementById("timeline")?.dataset.rows);
+  await page.waitForFunction(allIn);
+  await loadAll(page);
+  await page.waitForFunction((n) => Number(document.getElementById("timeline").dataset.rows) === n, rows);
+  await page.evaluate(() => window.scrollTo(0, document.body.scrollHeight));
+  await new Promise((r) => setTimeout(r, 300));
+  assert.ok(await page.evaluate(allIn), "rows=all left rows out of the page");
   await page.done();
 });
 

@@ -248,20 +248,32 @@ function describe(e) {
  * "Why?": asks the first recorded assembly after the event (of those loaded) why it did or did
  * not include it, and shows the answer under the event.
  */
-function whyButton(e, assemblyAfter) {
+function whyButton(e, assembliesAfter) {
   const out = h("div", { class: "why" });
-  const button = h("button", { type: "button", class: "plain why-button", onclick: async () => {
-    const a = assemblyAfter(e.seq);
-    if (!a) {
-      out.replaceChildren(h("p", { class: "muted" }, "No recorded assembly after this event among those loaded."));
-      return;
-    }
+  const ask = async (a, choices) => {
     out.replaceChildren(h("p", { class: "muted" }, "asking…"));
     try {
       const answer = await api(`/v1/assemblies/${encodeURIComponent(a.id)}?why_not=${encodeURIComponent(e.event_id)}`);
-      out.replaceChildren(h("p", { class: "muted" }, "in ",
-        h("a", { href: `#/a/${encodeURIComponent(a.id)}` }, a.id), ` (seq ${a.seq}):`),
+      // Any later recorded assembly can be asked: an event kept at one call may be aged at the next.
+      const other = choices.length < 2 ? null : h("select", { "aria-label": "ask another assembly",
+        onchange: (ev) => ask(choices[Number(ev.target.value)], choices) },
+      choices.map((c, i) => h("option", { value: i, selected: c === a }, `seq ${c.seq}: ${c.id}`)));
+      out.replaceChildren(h("p", { class: "muted row" }, h("span", {}, "in ",
+        h("a", { href: `#/a/${encodeURIComponent(a.id)}` }, a.id), ` (seq ${a.seq}):`), other),
       h("pre", {}, (answer.explanation || []).join("\n")));
+    } catch (error) {
+      out.replaceChildren(h("p", { class: "error", role: "alert" }, error.message));
+    }
+  };
+  const button = h("button", { type: "button", class: "plain why-button", onclick: async () => {
+    out.replaceChildren(h("p", { class: "muted" }, "finding the next recorded assembly…"));
+    try {
+      const choices = await assembliesAfter(e.seq);
+      if (!choices.length) {
+        out.replaceChildren(h("p", { class: "muted" }, "No assembly was recorded after this event."));
+        return;
+      }
+      await ask(choices[0], choices);
     } catch (error) {
       out.replaceChildren(h("p", { class: "error", role: "alert" }, error.message));
     }
@@ -269,14 +281,14 @@ function whyButton(e, assemblyAfter) {
   return [button, out];
 }
 
-function eventRow(e, session, results, assemblyAfter) {
+function eventRow(e, session, results, assembliesAfter, reveal) {
   const p = e.payload || {};
   const paired = e.type === "ToolCallRequested" || e.type === "ModelResponseReceived"
     ? [p.tool_call_id, ...(p.tool_calls || []).map((c) => c.tool_call_id)].filter(Boolean)
       .map((id) => results.get(id)).filter(Boolean)
     : [];
   const text = describe(e);
-  const [why, answer] = e.type === "ContextBuilt" || !assemblyAfter ? [null, null] : whyButton(e, assemblyAfter);
+  const [why, answer] = e.type === "ContextBuilt" ? [null, null] : whyButton(e, assembliesAfter);
   return h("div", { class: "event", id: `ev-${e.event_id}`, "data-seq": e.seq },
     h("div", { class: "row" },
       h("span", { class: "tag" }, `#${e.seq}`),
@@ -286,8 +298,11 @@ function eventRow(e, session, results, assemblyAfter) {
       e.type === "ContextBuilt"
         ? h("a", { class: "tag built", href: `#/a/${encodeURIComponent(p.assembly_id)}` }, "assembly")
         : null,
-      paired.map((r) => h("a", { class: "tag", href: `#ev-${r.event_id}` },
-        `result #${r.seq}${r.payload.error ? " (failed)" : ""}`)), why),
+      paired.map((r) => h("a", { class: "tag", href: `#ev-${r.event_id}`, onclick: (ev) => {
+        // In-page: the hash is the route, and the result's page may be detached.
+        ev.preventDefault();
+        showRow(reveal?.(r.event_id));
+      } }, `result #${r.seq}${r.payload.error ? " (failed)" : ""}`)), why),
     text ? h("pre", {}, text.length > 4000 ? text.slice(0, 4000) + " …" : text) : null,
     e.type === "ToolCallFinished" && p.output_ref ? rawButton(p.output_ref) : null, answer);
 }
@@ -307,14 +322,70 @@ function rawButton(ref) {
   return h("div", {}, button, out);
 }
 
-async function session(id, focus) {
+/** Scroll a row to the middle of the screen, again once the rows around it have been laid out at
+ * their real height (rows off screen stand in at an estimated one). */
+function showRow(row) {
+  if (!row) return;
+  row.scrollIntoView({ block: "center" });
+  requestAnimationFrame(() => requestAnimationFrame(() => row.scrollIntoView({ block: "center" })));
+}
+
+/**
+ * The timeline, one block per loaded page. Only the blocks near the screen are in the document:
+ * a block scrolled far away is detached (its rows kept outside the document, with whatever was
+ * opened in them) and leaves a spacer of its height, so a 20,000-event session costs the page
+ * about what a few hundred rows do. `keepAll` keeps every block in (find-in-page over all).
+ */
+function pagedTimeline(keepAll) {
+  const root = h("div", { id: "timeline" });
+  const rowsOf = new Map();
+  const blockOf = new Map();
+  let count = 0;
+  const attach = (block) => {
+    if (block.isConnected && block.childElementCount) return;
+    block.style.height = "";
+    block.append(...rowsOf.get(block));
+  };
+  const detach = (block) => {
+    if (!block.childElementCount) return;
+    block.style.height = `${block.offsetHeight}px`;
+    block.replaceChildren();
+  };
+  const observer = keepAll ? null : new IntersectionObserver((entries) => {
+    for (const entry of entries) (entry.isIntersecting ? attach : detach)(entry.target);
+  }, { rootMargin: "2500px 0px" });
+  return {
+    root,
+    get rows() { return count; },
+    add(events, rows) {
+      if (!rows.length) return;
+      const block = h("div", { class: "page" }, rows);
+      rowsOf.set(block, rows);
+      for (const e of events) blockOf.set(e.event_id, block);
+      root.append(block);
+      count += rows.length;
+      root.dataset.rows = String(count);
+      observer?.observe(block);
+    },
+    has: (eventId) => blockOf.has(eventId),
+    /** The row of an event, its block put back in the document first. */
+    reveal(eventId) {
+      const block = blockOf.get(eventId);
+      if (!block) return null;
+      attach(block);
+      return document.getElementById(`ev-${eventId}`);
+    },
+  };
+}
+
+async function session(id, focus, keepAll) {
   crumbs(h("a", { href: "#/" }, "sessions"), h("span", {}, id));
   const [summary, state] = await Promise.all([
     api(`/v1/sessions/${encodeURIComponent(id)}`),
     api(`/v1/sessions/${encodeURIComponent(id)}/state`),
   ]);
   const main = (state.branches && (state.branches.main || Object.values(state.branches)[0])) || {};
-  const timeline = h("div", { id: "timeline" });
+  const timeline = pagedTimeline(keepAll);
   const built = h("tbody");
   const picked = [];
   const compare = h("button", { id: "compare", type: "button", class: "plain", disabled: true,
@@ -343,21 +414,34 @@ async function session(id, focus) {
   const results = new Map();
   // Recorded assemblies by seq, as their pages load: what a "why?" asks.
   const assemblies = [];
-  const assemblyAfter = (seq) => assemblies.find((a) => a.seq > seq);
+  const ASKABLE = 100;
+  const loadedAfter = (seq) => assemblies.filter((a) => a.seq > seq).slice(0, ASKABLE);
+  // A "why?" loads on until a recorded assembly after its event is loaded (or the log ends).
+  const assembliesAfter = async (seq) => {
+    while (!loadedAfter(seq).length && !more.hidden) await load();
+    return loadedAfter(seq);
+  };
   let after = 0;
-  const load = async () => {
+  const loadPage = async () => {
     const page = await api(`/v1/sessions/${encodeURIComponent(id)}/events?after_seq=${after}&limit=${EVENTS_PAGE}`);
     for (const e of page.events) {
       if (e.type === "ToolCallFinished" && e.payload) results.set(e.payload.tool_call_id, e);
     }
     assemblies.push(...page.events.filter((e) => e.type === "ContextBuilt" && e.payload?.assembly_id)
       .map((e) => ({ seq: e.seq, id: e.payload.assembly_id })));
-    timeline.append(...page.events.map((e) => eventRow(e, id, results, assemblyAfter)));
+    timeline.add(page.events,
+      page.events.map((e) => eventRow(e, id, results, assembliesAfter, timeline.reveal)));
     built.append(...page.events.filter((e) => e.type === "ContextBuilt" && e.payload?.assembly_id)
       .map(recorded));
     if (page.events.length) after = page.events[page.events.length - 1].seq;
     more.hidden = page.events.length < EVENTS_PAGE;
     return page.events.length;
+  };
+  // One page at a time: a click and a "why?" loading on must not fetch the same page twice.
+  let loading = Promise.resolve();
+  const load = () => {
+    loading = loading.catch(() => {}).then(loadPage);
+    return loading;
   };
   more.addEventListener("click", () => load().catch(failure));
   show(
@@ -379,11 +463,11 @@ async function session(id, focus) {
         h("th", { class: "num" }, "seq"), h("th", { class: "num" }, "tokens"),
         h("th", { class: "num" }, "transcript"))), built),
       h("p", { class: "muted" }, "of the events loaded below; pick two to compare them"), compare),
-    h("section", {}, h("h2", {}, "Events"), timeline, more));
+    h("section", {}, h("h2", {}, "Events"), timeline.root, more));
   await load();
   // An event linked from the task state: load on until it is there.
-  while (focus && !document.getElementById(`ev-${focus}`) && !more.hidden) await load();
-  document.getElementById(`ev-${focus}`)?.scrollIntoView();
+  while (focus && !timeline.has(focus) && !more.hidden) await load();
+  if (focus) showRow(timeline.reveal(focus));
 }
 
 // ---- evaluation -------------------------------------------------------------------------------
@@ -704,7 +788,7 @@ async function route() {
   const params = new URLSearchParams(query || "");
   const parts = (path || "/").split("/").filter(Boolean).map(decodeURIComponent);
   try {
-    if (parts[0] === "s" && parts[1]) await session(parts[1], params.get("event"));
+    if (parts[0] === "s" && parts[1]) await session(parts[1], params.get("event"), params.get("rows") === "all");
     else if (parts[0] === "a" && parts[1]) await assembly(parts[1]);
     else if (parts[0] === "diff" && parts[1] && parts[2]) await diff(parts[1], parts[2]);
     else if (parts[0] === "pdiff" && parts[1] && parts[2]) await policyDiff(parts[1], parts[2], params.get("policy"));
