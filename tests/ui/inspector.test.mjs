@@ -154,6 +154,11 @@ test("a tenant sees its sessions, their branch tree and participants, and never 
   await page.press("#filter", "Enter");
   await page.waitForFunction(() => document.querySelectorAll("#sessions tbody tr").length === 1);
   assert.deepEqual(await page.locator("#sessions a").allInnerTexts(), ["scn-branches"]);
+  // By a participant: only the debate had a moderator.
+  await page.fill("#filter", "moderator");
+  await page.press("#filter", "Enter");
+  await page.waitForFunction(() => document.querySelector("#sessions a")?.textContent === "scn-debate");
+  assert.deepEqual(await page.locator("#sessions a").allInnerTexts(), ["scn-debate"]);
   await page.fill("#filter", "demo");
   await page.press("#filter", "Enter");
   await page.locator("#sessions + p.muted").waitFor();

@@ -197,7 +197,7 @@ def test_sessions_follow_pagination(client: strata.Client) -> None:
     assert len(listed) == len(set(listed))
     after = [s.session_id for s in client.sessions(after=ids[0], page_size=1)]
     assert ids[0] not in after and ids[1] in after and ids[2] in after
-    found = list(client.sessions(id_contains=prefix, page_size=2))
+    found = list(client.sessions(matching=prefix, page_size=2))
     assert [s.session_id for s in found] == ids
     assert all(s.event_count == 1 and s.last_event_at for s in found)
 

@@ -148,11 +148,11 @@ async fn list_sessions(
             "limit: {limit} is out of range; ask for 1 to {SESSIONS_PAGE_MAX} sessions"
         )));
     }
-    let id_contains = q.q.as_deref().filter(|q| !q.is_empty());
+    let matching = q.q.as_deref().filter(|q| !q.is_empty());
     let sessions = a
         .backends()
         .store
-        .sessions_listing(&tenant, q.after.as_deref(), limit, id_contains)
+        .sessions_listing(&tenant, q.after.as_deref(), limit, matching)
         .await
         .map_err(store_error)?;
     // A full page may have a next one: its cursor is the last id listed.

@@ -162,8 +162,8 @@ async function sessions(after, search) {
       e.preventDefault();
       location.hash = here({ q: e.target.elements.q.value.trim() });
     },
-  }, h("input", { id: "filter", name: "q", value: search || "", placeholder: "search ids",
-    "aria-label": "search session ids" }), " ", h("button", { type: "submit", class: "plain" }, "Search"));
+  }, h("input", { id: "filter", name: "q", value: search || "", placeholder: "id, model or participant",
+    "aria-label": "search sessions by id, model or participant" }), " ", h("button", { type: "submit", class: "plain" }, "Search"));
   const open = h("form", {
     onsubmit: (e) => {
       e.preventDefault();

@@ -333,13 +333,14 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
     ) -> Result<Vec<SessionSummary>>;
 
     /// One page of [`ProjectionStore::sessions_page`] with what a list of sessions shows
-    /// ([`SessionListing`]), only sessions whose ids contain `id_contains` when given.
+    /// ([`SessionListing`]). With `matching`, only the sessions whose id, model or one of
+    /// whose participants contains it (plain text, no wildcards).
     async fn sessions_listing(
         &self,
         tenant: &str,
         after: Option<&str>,
         limit: u32,
-        id_contains: Option<&str>,
+        matching: Option<&str>,
     ) -> Result<Vec<SessionListing>>;
 
     /// The tenant an API key (by its SHA-256) belongs to.

@@ -869,7 +869,7 @@ impl ProjectionStore for PgStore {
         tenant: &str,
         after: Option<&str>,
         limit: u32,
-        id_contains: Option<&str>,
+        matching: Option<&str>,
     ) -> Result<Vec<crate::SessionListing>> {
         let rows = sqlx::query(
             "SELECT f.session_id, f.head_seq, f.event_count, f.fold, \
@@ -880,12 +880,16 @@ impl ProjectionStore for PgStore {
              (SELECT string_agg(DISTINCT e.participant_id, E'\\n') FROM events e \
                WHERE e.tenant_id = f.tenant_id AND e.session_id = f.session_id) \
              FROM session_folds f WHERE f.tenant_id = $1 AND f.session_id COLLATE \"C\" > $2 \
-             AND ($3::text IS NULL OR strpos(f.session_id, $3) > 0) \
+             AND ($3::text IS NULL OR strpos(f.session_id, $3) > 0 \
+               OR EXISTS (SELECT 1 FROM sessions s WHERE s.tenant_id = f.tenant_id \
+                 AND s.session_id = f.session_id AND strpos(s.model, $3) > 0) \
+               OR EXISTS (SELECT 1 FROM events e WHERE e.tenant_id = f.tenant_id \
+                 AND e.session_id = f.session_id AND strpos(e.participant_id, $3) > 0)) \
              ORDER BY f.session_id COLLATE \"C\" LIMIT $4",
         )
         .bind(text(tenant))
         .bind(text(after.unwrap_or("")))
-        .bind(id_contains.map(text))
+        .bind(matching.map(text))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;

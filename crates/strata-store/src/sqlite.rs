@@ -756,7 +756,7 @@ impl ProjectionStore for SqliteStore {
         tenant: &str,
         after: Option<&str>,
         limit: u32,
-        id_contains: Option<&str>,
+        matching: Option<&str>,
     ) -> Result<Vec<crate::SessionListing>> {
         let rows = sqlx::query(
             "SELECT f.session_id, f.head_seq, f.event_count, f.fold, \
@@ -766,13 +766,17 @@ impl ProjectionStore for SqliteStore {
                AND s.session_id = f.session_id), \
              (SELECT group_concat(p, char(10)) FROM (SELECT DISTINCT e.participant_id AS p \
                FROM events e WHERE e.tenant_id = f.tenant_id AND e.session_id = f.session_id)) \
-             FROM session_folds f WHERE f.tenant_id = ? AND f.session_id > ? \
-             AND (? IS NULL OR instr(f.session_id, ?) > 0) ORDER BY f.session_id LIMIT ?",
+             FROM session_folds f WHERE f.tenant_id = ?1 AND f.session_id > ?2 \
+             AND (?3 IS NULL OR instr(f.session_id, ?3) > 0 \
+               OR EXISTS (SELECT 1 FROM sessions s WHERE s.tenant_id = f.tenant_id \
+                 AND s.session_id = f.session_id AND instr(s.model, ?3) > 0) \
+               OR EXISTS (SELECT 1 FROM events e WHERE e.tenant_id = f.tenant_id \
+                 AND e.session_id = f.session_id AND instr(e.participant_id, ?3) > 0)) \
+             ORDER BY f.session_id LIMIT ?4",
         )
         .bind(tenant)
         .bind(after.unwrap_or(""))
-        .bind(id_contains)
-        .bind(id_contains)
+        .bind(matching)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;

@@ -273,15 +273,26 @@ impl Feed {
 
     /// Folds one event (id `<session>-<seq>`) and returns its id.
     fn push(&mut self, branch: &str, ty: &str, payload: Value) -> String {
+        self.push_by(branch, None, ty, payload)
+    }
+
+    /// [`Feed::push`] of an event a named participant wrote.
+    fn push_by(
+        &mut self,
+        branch: &str,
+        participant: Option<&str>,
+        ty: &str,
+        payload: Value,
+    ) -> String {
         let seq = self.fold.head_seq + 1;
         let id = format!("{}-{seq}", self.fold.session_id);
-        let event = Event::from_json(
-            json!({"event_id": id, "tenant_id": self.fold.tenant_id,
-                "session_id": self.fold.session_id, "branch_id": branch, "seq": seq,
-                "timestamp": "2026-06-03T10:00:00Z", "type": ty, "payload": payload}),
-            None,
-        )
-        .expect("a valid event");
+        let mut event = json!({"event_id": id, "tenant_id": self.fold.tenant_id,
+            "session_id": self.fold.session_id, "branch_id": branch, "seq": seq,
+            "timestamp": "2026-06-03T10:00:00Z", "type": ty, "payload": payload});
+        if let Some(participant) = participant {
+            event["participant_id"] = json!(participant);
+        }
+        let event = Event::from_json(event, None).expect("a valid event");
         let fork_seq = match &event.payload {
             Payload::BranchForked(p) => self.seqs.get(&p.from_event_id).copied(),
             _ => None,
@@ -1162,6 +1173,31 @@ async fn sessions_listing(backend: Arc<Backend>) {
         .await
         .unwrap();
     assert_eq!(ids(all), ["b-2", "with-calls"]);
+    // The search also finds a session by its model or by one of its participants.
+    let mut feed = Feed::new("acme", "zz-review", 10);
+    feed.started();
+    feed.push_by(
+        "main",
+        Some("reviewer-bot"),
+        "UserPromptSubmitted",
+        json!({"message_id": "r1", "text": "looks fine"}),
+    );
+    store.commit_batch(feed.batch()).await.unwrap();
+    let by_participant = store
+        .sessions_listing("acme", None, 10, Some("viewer-b"))
+        .await
+        .unwrap();
+    assert_eq!(ids(by_participant), ["zz-review"]);
+    let by_model = store
+        .sessions_listing("acme", None, 10, Some("gpt-4"))
+        .await
+        .unwrap();
+    assert_eq!(by_model.len(), 8, "every session runs gpt-4o");
+    assert!(store
+        .sessions_listing("acme", None, 10, Some("claude"))
+        .await
+        .unwrap()
+        .is_empty());
     assert!(store
         .sessions_listing("other", None, 10, None)
         .await

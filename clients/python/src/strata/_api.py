@@ -279,14 +279,14 @@ def check_sessions_paging(page_size: int) -> None:
 
 
 def sessions_page(
-    after: str | None, page_size: int, id_contains: str | None = None
+    after: str | None, page_size: int, matching: str | None = None
 ) -> Call[tuple[list[SessionSummary], str | None]]:
     """One page of ``GET /v1/sessions``, and the cursor of the next (``None`` after the last)."""
     params: dict[str, str | int] = {"limit": page_size}
     if after is not None:
         params["after"] = after
-    if id_contains:
-        params["q"] = id_contains
+    if matching:
+        params["q"] = matching
     read = _model(_SessionsPage)
 
     def parse(response: httpx.Response) -> tuple[list[SessionSummary], str | None]:

@@ -178,19 +178,20 @@ class Client(BaseClient):
             after_seq = _api.next_after_seq(page, after_seq)
 
     def sessions(
-        self, *, after: str | None = None, page_size: int = 100, id_contains: str | None = None
+        self, *, after: str | None = None, page_size: int = 100, matching: str | None = None
     ) -> Iterator[SessionSummary]:
-        """The tenant's sessions by id (byte order) after ``after``, a page at a time; only those
-        whose ids contain ``id_contains`` when given. Each says when it last moved, who took part
-        and what is unfinished in it (open calls, unresolved errors)."""
+        """The tenant's sessions by id (byte order) after ``after``, a page at a time; with
+        ``matching``, only those whose id, model or a participant's id contains it. Each says
+        when it last moved, who took part and what is unfinished in it (open calls, unresolved
+        errors)."""
         _api.check_sessions_paging(page_size)
-        return self._sessions(after, page_size, id_contains)
+        return self._sessions(after, page_size, matching)
 
     def _sessions(
-        self, after: str | None, page_size: int, id_contains: str | None
+        self, after: str | None, page_size: int, matching: str | None
     ) -> Iterator[SessionSummary]:
         while True:
-            page, after = self._send(_api.sessions_page(after, page_size, id_contains))
+            page, after = self._send(_api.sessions_page(after, page_size, matching))
             yield from page
             if after is None:
                 return
