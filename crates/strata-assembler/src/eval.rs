@@ -148,6 +148,7 @@ fn answer(session: &str, last_n: usize, report: strata_replay::EvalReport) -> Va
         "policy": report.policy,
         "events": report.events,
         "skipped_points": report.skipped_points,
+        "repeated_points": report.repeated_points,
         "elapsed_secs": report.elapsed_secs,
         "last_n": last_n,
         "totals": report.totals,

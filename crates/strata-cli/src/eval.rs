@@ -387,6 +387,7 @@ fn summary_json(report: &EvalReport) -> serde_json::Value {
         "sessions": report.sessions.len(),
         "events": report.events,
         "skipped_points": report.skipped_points,
+        "repeated_points": report.repeated_points,
         "elapsed_secs": report.elapsed_secs,
         "unreadable": report.unreadable,
         "totals": totals_json(&report.totals),
@@ -473,12 +474,14 @@ fn table(report: &EvalReport, last_n: usize, sessions: bool) -> String {
     }
     out.push_str(&row("all", &report.totals));
     out.push_str(&format!(
-        "\n{} sessions, {} events, {} call points ({} skipped: no state), {:.1}s; the policy's \
-         context held all the evidence at {} of {} points\n",
+        "\n{} sessions, {} events, {} call points ({} skipped: no state; {} repeated responses \
+         not scored: a harness's copy of one already answered), {:.1}s; the policy's context \
+         held all the evidence at {} of {} points\n",
         report.sessions.len(),
         report.events,
         report.totals.points,
         report.skipped_points,
+        report.repeated_points,
         report.elapsed_secs,
         report.totals.complete_points,
         report.totals.points,

@@ -431,3 +431,63 @@ fn eval_targets_print_the_cost_recall_curve_one_row_per_target() {
         "{table}"
     );
 }
+
+#[test]
+fn a_response_repeated_under_a_later_prompt_is_not_scored_again() {
+    // Claude Code writes a resumed conversation's earlier responses again under the new
+    // prompt: the same provider message id and text, which no model call produced there.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let event = |n: u32, ty: &str, payload: serde_json::Value| {
+        serde_json::json!({"event_id": format!("rep-{n}"), "tenant_id": "acme",
+            "session_id": "resumed", "timestamp": format!("2026-06-03T10:00:{n:02}Z"),
+            "type": ty, "payload": payload})
+        .to_string()
+            + "\n"
+    };
+    let answer = serde_json::json!({"message_id": "msg_1",
+        "text": "The bug is in `parse_header` of src/wire.rs."});
+    let file = dir.path().join("resumed.jsonl");
+    let lines = [
+        event(
+            1,
+            "SessionStarted",
+            serde_json::json!({
+            "model": {"provider": "anthropic", "model": "claude"},
+            "context_window_tokens": 16000, "reserved_output_tokens": 1000}),
+        ),
+        event(
+            2,
+            "UserPromptSubmitted",
+            serde_json::json!({"message_id": "u1",
+            "text": "Where does `parse_header` fail?"}),
+        ),
+        event(3, "ModelResponseReceived", answer.clone()),
+        event(
+            4,
+            "UserPromptSubmitted",
+            serde_json::json!({"message_id": "u2",
+            "text": "Go on."}),
+        ),
+        event(5, "ModelResponseReceived", answer),
+        event(
+            6,
+            "ModelResponseReceived",
+            serde_json::json!({"message_id": "msg_2",
+            "text": "A different answer that names `parse_header` again."}),
+        ),
+    ];
+    std::fs::write(&file, lines.concat()).expect("write");
+    let report: serde_json::Value = serde_json::from_str(&ok(
+        &data,
+        &["eval", file.to_str().expect("utf-8"), "--json"],
+    ))
+    .expect("json");
+    assert_eq!(report["repeated_points"], 1, "{report}");
+    assert_eq!(report["totals"]["points"], 2, "{report}");
+    let text = ok(&data, &["eval", file.to_str().expect("utf-8")]);
+    assert!(
+        text.contains("2 call points") && text.contains("1 repeated"),
+        "{text}"
+    );
+}

@@ -124,6 +124,10 @@ pub struct EvalReport {
     pub totals: Totals,
     /// Responses with no branch state to assemble from (skipped).
     pub skipped_points: u64,
+    /// Responses that repeat one already answered on the branch (the same provider message id
+    /// and text): a harness's copy, not a model call, so not scored. Claude Code writes a
+    /// resumed conversation's earlier responses again under the new prompt.
+    pub repeated_points: u64,
     pub events: u64,
     pub elapsed_secs: f64,
     /// Sources that could not be read, with why (left out of the figures).
@@ -168,12 +172,32 @@ struct SessionRun {
     /// The request recorded by the latest `ContextBuilt` of each branch, until its response.
     recorded: HashMap<String, ContextAssembly>,
     seen: std::collections::HashSet<String>,
+    /// The responses answered so far, by (branch, provider message id): a repeat is a copy.
+    answered: HashMap<(String, String), String>,
     /// Raw bytes of the session's artifacts by ref: what the assembler reads back from blob
     /// storage when a rehydration is admitted.
     artifacts: HashMap<String, String>,
     seq: u64,
     totals: Totals,
     events: u64,
+}
+
+impl SessionRun {
+    /// Notes a response as answered; false when it repeats one already answered on the branch.
+    /// A response without a provider id is never taken for a copy.
+    fn answer(&mut self, branch: &str, response: &ModelResponseReceived) -> bool {
+        if response.message_id.is_empty() {
+            return true;
+        }
+        let key = (branch.to_owned(), response.message_id.clone());
+        match self.answered.get(&key) {
+            Some(text) if *text == response.text => false,
+            _ => {
+                self.answered.insert(key, response.text.clone());
+                true
+            }
+        }
+    }
 }
 
 impl<'a> Evaluator<'a> {
@@ -258,9 +282,13 @@ impl<'a> Evaluator<'a> {
             }
         }
         match &event.payload {
-            Payload::ModelResponseReceived(_) => {
-                self.point(run, &event, source_seq.unwrap_or(run.seq))
-                    .await?;
+            Payload::ModelResponseReceived(response) => {
+                if run.answer(&event.branch_id, response) {
+                    self.point(run, &event, source_seq.unwrap_or(run.seq))
+                        .await?;
+                } else {
+                    self.report.repeated_points += 1;
+                }
                 run.recorded.remove(&event.branch_id);
             }
             Payload::ContextBuilt(cb) => {
