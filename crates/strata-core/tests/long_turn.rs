@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use strata_core::assembly::{
     assemble_with_policy, Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage, Snapshot,
-    POLICY_VERSION_STEPS, POLICY_VERSION_TURNS,
+    Tier, POLICY_VERSION_STEPS, POLICY_VERSION_TURNS,
 };
 use strata_core::projection::{AgentState, Sourced};
 use strata_core::tokens::{O200k, TokenCounter};
@@ -800,4 +800,71 @@ fn answer_text(snapshot: &Snapshot) -> String {
         .unwrap()
         .trim_matches('"')
         .to_owned()
+}
+
+fn assemble_aiming(snapshot: &Snapshot, version: &str, target: u64) -> Assembled {
+    let policy = AssemblyPolicy::by_version(version).expect("known policy");
+    let request = AssemblyRequest {
+        target_tokens: Some(target),
+        ..AssemblyRequest::default()
+    };
+    assemble_with_policy(snapshot, &request, &policy, &O200k)
+}
+
+#[test]
+fn policy_9_sends_a_short_history_as_written_where_8_ages_it() {
+    // Six steps of build logs and a listing: about 10,000 tokens in all, past 8's verbatim
+    // working set and within 9's floor.
+    let snapshot = session(6, AgentState::default());
+    let v8 = assemble(&snapshot, "strata.assembly/8");
+    let v9 = assemble(&snapshot, "strata.assembly/9");
+    let first = build_log(1);
+    assert_ne!(
+        result_of(&v8, "call-1"),
+        Some(first.as_str()),
+        "8 ages the oldest step"
+    );
+    for n in 1..=6 {
+        let (_, _, _, out, _) = step(n);
+        assert_eq!(
+            result_of(&v9, &format!("call-{n}")),
+            out.as_deref(),
+            "9 sends step {n} as written"
+        );
+    }
+    assert!(
+        v9.assembly
+            .included
+            .iter()
+            .filter(|s| s.kind == "assistant_step" && s.tier == Tier::P1)
+            .all(|s| s.reason.contains("whole history fits 16000 tokens")),
+        "{:?}",
+        v9.assembly.included
+    );
+    assert!(v9.assembly.included.iter().all(|s| s.kind != "aged_step"));
+    assert!(v9.assembly.context_tokens > v8.assembly.context_tokens);
+}
+
+#[test]
+fn policy_9_ages_a_history_past_its_floor_or_its_target_as_8_does() {
+    let long = long_turn();
+    let (v8, v9) = (
+        assemble(&long, "strata.assembly/8"),
+        assemble(&long, "strata.assembly/9"),
+    );
+    assert_eq!(v8.messages, v9.messages, "past the floor: the same context");
+    let short = session(6, AgentState::default());
+    let (v8, v9) = (
+        assemble_aiming(&short, "strata.assembly/8", 4_000),
+        assemble_aiming(&short, "strata.assembly/9", 4_000),
+    );
+    assert_eq!(
+        v8.messages, v9.messages,
+        "a target below the floor lowers it"
+    );
+    assert!(v9
+        .assembly
+        .included
+        .iter()
+        .all(|s| !s.reason.contains("whole history")));
 }

@@ -46,7 +46,8 @@ pub(super) fn budget_and_policy(
 }
 
 /// The budget and policy an assembly aiming at `target` tokens runs under: the budget no more
-/// than the target, and under aging a verbatim working set of up to half of it.
+/// than the target, under aging a verbatim working set of up to half of it, and a history sent
+/// whole only up to the target.
 fn aim_at_target(
     budget: u64,
     policy: &AssemblyPolicy,
@@ -62,6 +63,7 @@ fn aim_at_target(
                 } else {
                     policy.verbatim_step_tokens
                 },
+                whole_history_tokens: policy.whole_history_tokens.min(t),
                 ..*policy
             },
         ),

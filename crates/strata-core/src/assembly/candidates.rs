@@ -65,7 +65,7 @@ pub(super) fn collect<'v>(
             .collect(),
         false => BTreeSet::new(),
     };
-    let history = Turns::split(cx, compaction.live);
+    let history = Turns::split(cx, compaction.live, compaction.applied);
     if let Some(a) = cx.aging.filter(|_| cx.policy.novel_evidence) {
         let (covered, aged) = history.novel_evidence_inputs(cx);
         a.choose_novel_evidence(covered, aged);
@@ -354,6 +354,34 @@ fn is_long(m: &TimelineMessage) -> bool {
     })
 }
 
+/// Under [`super::POLICY_VERSION_WHOLE_SHORT`], whether the whole history this participant
+/// sees, with the system prompt and tools, fits the policy's floor: then it goes as written.
+fn fits_whole(cx: &Cx<'_>, live: &[&TimelineMessage]) -> bool {
+    let floor = cx.policy.whole_history_tokens;
+    if floor == 0 || cx.policy.aged_steps_after.is_none() || cx.snapshot.messages_before_window > 0
+    {
+        return false;
+    }
+    let history: u64 = live
+        .iter()
+        .map(|m| {
+            m.tokens
+                + m.tool_calls
+                    .iter()
+                    .map(|c| c.call_tokens + c.output_tokens)
+                    .sum::<u64>()
+        })
+        .sum();
+    cx.snapshot.system_prompt_tokens + cx.snapshot.tools_tokens + history <= floor
+}
+
+fn whole_reason(cx: &Cx<'_>) -> String {
+    format!(
+        "the whole history fits {} tokens: sent as written",
+        cx.policy.whole_history_tokens
+    )
+}
+
 /// The live history split into turns (a user message and what followed it), with how far back
 /// each step is.
 pub(super) struct Turns<'v> {
@@ -367,14 +395,18 @@ pub(super) struct Turns<'v> {
     /// How many completed turns, newest first, are candidates whole (the rest are digests).
     pub verbatim_count: usize,
     verbatim_turns: usize,
+    /// Under [`super::POLICY_VERSION_WHOLE_SHORT`], whether the history is short enough to go
+    /// as written.
+    whole: bool,
 }
 
 impl<'v> Turns<'v> {
     /// Under the long-turn policy a note the platform wrote into the user's turn does not open
     /// one; policy 3 keeps the boundaries it always had there, so that its figures stay
     /// comparable.
-    fn split(cx: &Cx<'_>, live: Vec<&'v TimelineMessage>) -> Self {
+    fn split(cx: &Cx<'_>, live: Vec<&'v TimelineMessage>, compacted: bool) -> Self {
         let policy = cx.policy;
+        let whole = !compacted && fits_whole(cx, &live);
         let platform_opens_turns = policy.aged_steps_after.is_none();
         let mut turns: Vec<Vec<&TimelineMessage>> = Vec::new();
         for m in live {
@@ -391,14 +423,15 @@ impl<'v> Turns<'v> {
             .enumerate()
             .map(|(age, m)| (m.seq, age))
             .collect();
-        let keep = policy
-            .aged_steps_after
-            .map(|min| aging::verbatim_steps(newest_first(), min, policy.verbatim_step_tokens));
+        let keep = policy.aged_steps_after.map(|min| match whole {
+            true => step_ages.len(),
+            false => aging::verbatim_steps(newest_first(), min, policy.verbatim_step_tokens),
+        });
         turns.reverse();
         // The long-turn policy ages steps across turns instead of digesting turns: every
         // completed turn is a candidate, its older steps aged (see `render_aged_turn`).
         let verbatim_count = match keep {
-            Some(_) if !policy.digest_older_turns => turns.len(),
+            Some(_) if whole || !policy.digest_older_turns => turns.len(),
             _ => cx.request.verbatim_turns.min(turns.len()),
         };
         // Under policy 6 no step of the working set is digested, however short its turns.
@@ -421,6 +454,7 @@ impl<'v> Turns<'v> {
             keep,
             verbatim_count,
             verbatim_turns: cx.request.verbatim_turns,
+            whole,
         }
     }
 
@@ -465,6 +499,11 @@ impl<'v> Turns<'v> {
                     age,
                     self.keep.unwrap_or_default()
                 ),
+            )
+        } else if self.whole {
+            (
+                Tier::P1,
+                format!("step of the current turn; {}", whole_reason(cx)),
             )
         } else {
             (Tier::P1, "step of the current turn".to_owned())
@@ -565,6 +604,8 @@ impl<'v> Turns<'v> {
             let mode = match old {
                 true if answered => Rendering::AgedAnswered,
                 true => Rendering::Aged,
+                // A short history goes as written.
+                false if self.whole => Rendering::Current,
                 // The user has answered since: the next call answers them, and a listing they
                 // moved on from is baggage. Policy 4 keeps the short results verbatim.
                 false if answered || is_long(m) => Rendering::Recent,
@@ -576,6 +617,7 @@ impl<'v> Turns<'v> {
             tokens += mt;
         }
         let reason = match (aged, answered) {
+            (0, _) if self.whole => whole_reason(cx),
             (0, true) => format!(
                 "completed turn within the newest {keep} steps: as the latest turn goes, long \
                  results by their memory or salient lines"

@@ -91,6 +91,14 @@ pub const POLICY_VERSION_NOVEL: &str = "strata.assembly/7";
 /// 5,000 characters and a digested step's code-naming sentences up to 3,000, and a hypothesis
 /// memory whose message the history still holds is left out as what the context says.
 pub const POLICY_VERSION_OWN_WORDS: &str = "strata.assembly/8";
+/// [`POLICY_VERSION_OWN_WORDS`] with a floor: a history whose every message and output fits
+/// [`WHOLE_HISTORY_TOKENS`] (with the system prompt and tools) goes as written, every step
+/// verbatim and no state that restates it. Aging a short session saves little and loses the
+/// plain words of a result a later call quotes back (measured in `docs/BENCHMARKS.md`); a
+/// request's `target_tokens` below the floor lowers it.
+pub const POLICY_VERSION_WHOLE_SHORT: &str = "strata.assembly/9";
+/// Under [`POLICY_VERSION_WHOLE_SHORT`], a history up to this many tokens goes as written.
+pub const WHOLE_HISTORY_TOKENS: u64 = 16_000;
 /// Under [`POLICY_VERSION_SAID`], what was said in a digested turn goes whole up to this many
 /// characters (a longer message is digested like the rest); [`POLICY_VERSION_OWN_WORDS`] sets
 /// its own ([`AssemblyPolicy::said_max_chars`]).
@@ -143,6 +151,9 @@ pub struct AssemblyPolicy {
     /// call carries only as the call, a hypothesis memory of a message still in the history
     /// left out.
     pub own_words_once: bool,
+    /// Under aging, a history (with the system prompt and tools) of at most this many tokens
+    /// goes as written, every step verbatim ([`POLICY_VERSION_WHOLE_SHORT`]); 0: never.
+    pub whole_history_tokens: u64,
 }
 
 impl Default for AssemblyPolicy {
@@ -168,6 +179,7 @@ impl AssemblyPolicy {
         digest_prose_max_chars: 800,
         aged_arg_string_chars: 300,
         own_words_once: false,
+        whole_history_tokens: 0,
     };
 
     /// Policy 6 ([`POLICY_VERSION_SAID`]).
@@ -194,6 +206,13 @@ impl AssemblyPolicy {
         ..AssemblyPolicy::NOVEL
     };
 
+    /// Policy 9 ([`POLICY_VERSION_WHOLE_SHORT`]), measured against 8 in `docs/BENCHMARKS.md`.
+    pub const WHOLE_SHORT: AssemblyPolicy = AssemblyPolicy {
+        version: POLICY_VERSION_WHOLE_SHORT,
+        whole_history_tokens: WHOLE_HISTORY_TOKENS,
+        ..AssemblyPolicy::OWN_WORDS
+    };
+
     /// Policy 5 ([`POLICY_VERSION_ANSWERED`]).
     pub const ANSWERED: AssemblyPolicy = AssemblyPolicy {
         version: POLICY_VERSION_ANSWERED,
@@ -204,9 +223,10 @@ impl AssemblyPolicy {
     };
 
     /// Every known policy, default first.
-    pub fn all() -> [AssemblyPolicy; 8] {
+    pub fn all() -> [AssemblyPolicy; 9] {
         [
             AssemblyPolicy::default(),
+            AssemblyPolicy::WHOLE_SHORT,
             AssemblyPolicy::NOVEL,
             AssemblyPolicy::SAID,
             AssemblyPolicy::ANSWERED,
