@@ -45,11 +45,7 @@ pub(super) fn verbatim_steps<'m>(
     let mut used = 0;
     let mut n = 0;
     for m in newest_first.filter(|m| super::is_step(m)) {
-        let t = m.tokens
-            + m.tool_calls
-                .iter()
-                .map(|c| c.call_tokens + c.output_tokens)
-                .sum::<u64>();
+        let t = message_tokens(m);
         if n >= min && used + t > window {
             break;
         }
@@ -57,6 +53,15 @@ pub(super) fn verbatim_steps<'m>(
         n += 1;
     }
     n
+}
+
+/// The tokens of a message sent whole: its text, its calls and their full outputs.
+pub(super) fn message_tokens(m: &TimelineMessage) -> u64 {
+    m.tokens
+        + m.tool_calls
+            .iter()
+            .map(|c| c.call_tokens + c.output_tokens)
+            .sum::<u64>()
 }
 
 /// Whether a term looks like code rather than prose: a path or file name, an identifier with an

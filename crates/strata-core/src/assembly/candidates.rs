@@ -362,16 +362,7 @@ fn fits_whole(cx: &Cx<'_>, live: &[&TimelineMessage]) -> bool {
     {
         return false;
     }
-    let history: u64 = live
-        .iter()
-        .map(|m| {
-            m.tokens
-                + m.tool_calls
-                    .iter()
-                    .map(|c| c.call_tokens + c.output_tokens)
-                    .sum::<u64>()
-        })
-        .sum();
+    let history: u64 = live.iter().map(|m| aging::message_tokens(m)).sum();
     cx.snapshot.system_prompt_tokens + cx.snapshot.tools_tokens + history <= floor
 }
 

@@ -94,7 +94,8 @@ pub const POLICY_VERSION_OWN_WORDS: &str = "strata.assembly/8";
 /// [`POLICY_VERSION_OWN_WORDS`] with a floor: a history whose every message and output fits
 /// [`WHOLE_HISTORY_TOKENS`] (with the system prompt and tools) goes as written, every step
 /// verbatim and no state that restates it. Aging a short session saves little and loses the
-/// plain words of a result a later call quotes back (measured in `docs/BENCHMARKS.md`); a
+/// plain words of a result a later call quotes back (estimated, not yet measured, in
+/// `docs/BENCHMARKS.md`); a
 /// request's `target_tokens` below the floor lowers it.
 pub const POLICY_VERSION_WHOLE_SHORT: &str = "strata.assembly/9";
 /// Under [`POLICY_VERSION_WHOLE_SHORT`], a history up to this many tokens goes as written.
@@ -206,7 +207,7 @@ impl AssemblyPolicy {
         ..AssemblyPolicy::NOVEL
     };
 
-    /// Policy 9 ([`POLICY_VERSION_WHOLE_SHORT`]), measured against 8 in `docs/BENCHMARKS.md`.
+    /// Policy 9 ([`POLICY_VERSION_WHOLE_SHORT`]): its estimate against 8 in `docs/BENCHMARKS.md`.
     pub const WHOLE_SHORT: AssemblyPolicy = AssemblyPolicy {
         version: POLICY_VERSION_WHOLE_SHORT,
         whole_history_tokens: WHOLE_HISTORY_TOKENS,
