@@ -868,3 +868,74 @@ fn policy_9_ages_a_history_past_its_floor_or_its_target_as_8_does() {
         .iter()
         .all(|s| !s.reason.contains("whole history")));
 }
+
+/// Two answered turns and a third asking for an edit: the first turn read `src/app.py` (long
+/// enough to be shortened in a completed turn), the second listed a directory.
+fn read_then_edit() -> (Snapshot, String) {
+    let source: String = (0..120)
+        .map(|i| format!("    value_{i} = compute({i}, limit={})\n", i * 7))
+        .collect();
+    let read = json!({"file_path": "src/app.py"});
+    let list = json!({"command": "ls src"});
+    let messages = vec![
+        message(1, "user", "Look at src/app.py.", vec![]),
+        message(
+            2,
+            "assistant",
+            "Reading it.",
+            vec![pair("read", 2, "Read", &read, Some(&source), None)],
+        ),
+        message(3, "assistant", "It computes 120 values.", vec![]),
+        message(4, "user", "What else is in src?", vec![]),
+        message(
+            5,
+            "assistant",
+            "Listing.",
+            vec![pair(
+                "list",
+                5,
+                "bash",
+                &list,
+                Some("app.py\nutil.py\n"),
+                None,
+            )],
+        ),
+        message(6, "assistant", "app.py and util.py.", vec![]),
+        message(7, "user", "Change the limit of value_97 to 1000.", vec![]),
+    ];
+    let snapshot = serde_json::from_value(json!({
+        "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": "agent",
+        "head_seq": 7, "model": "gpt-4o", "context_window_tokens": 400_000,
+        "reserved_output_tokens": 8000, "system_prompt": "You are a coding agent.",
+        "system_prompt_tokens": 6, "session_started_event_id": "start", "tools": [],
+        "tools_tokens": 0, "state": serde_json::to_value(AgentState::default()).unwrap(),
+        "messages": messages, "messages_before_window": 0, "loose_tool_calls": [],
+        "transcript_tokens": 0, "orphan_results": 0
+    }))
+    .unwrap();
+    (snapshot, source)
+}
+
+#[test]
+fn policy_10_sends_a_file_in_play_as_read_in_a_completed_turn_where_8_shortens_it() {
+    let (snapshot, source) = read_then_edit();
+    let v8 = assemble(&snapshot, "strata.assembly/8");
+    let v10 = assemble(&snapshot, "strata.assembly/10");
+    assert_eq!(v10.assembly.policy_version, "strata.assembly/10");
+    // The line the edit names, deep in the file.
+    let line = "value_97 = compute(97, limit=679)";
+    let sent8 = result_of(&v8, "read").expect("8 sends the read");
+    assert!(!sent8.contains(line), "8 shortens it: {sent8}");
+    let sent10 = result_of(&v10, "read").expect("10 sends the read");
+    assert!(
+        sent10.starts_with("[the newest read of src/app.py, a file in play: as returned]"),
+        "{sent10}"
+    );
+    assert!(sent10.ends_with(&source), "10 sends it whole: {sent10}");
+    // Everything else goes as under 8, and deterministically.
+    assert_eq!(result_of(&v10, "list"), result_of(&v8, "list"));
+    assert_eq!(
+        text_of(&assemble(&snapshot, "strata.assembly/10")),
+        text_of(&v10)
+    );
+}

@@ -751,6 +751,8 @@ pub(super) struct Aging<'a> {
     pub arg_string_chars: usize,
     /// A code block of an aged step's text goes only as its call, however the call encodes it.
     pub blocks_once: bool,
+    /// The newest read of a file in play goes as read in completed turns too.
+    pub files_in_play_everywhere: bool,
 }
 
 impl<'a> Aging<'a> {
@@ -794,7 +796,23 @@ impl<'a> Aging<'a> {
                 .then_some(policy.digest_prose_max_chars),
             arg_string_chars: policy.aged_arg_string_chars,
             blocks_once: policy.own_words_once,
+            files_in_play_everywhere: policy.files_in_play_everywhere,
         }
+    }
+
+    /// The file a result is the newest read of, when it goes as read whatever its turn's
+    /// rendering: under aging in an aged step, under [`super::POLICY_VERSION_IN_PLAY`] in any
+    /// step but the turn in progress's verbatim ones (which send it as they send every result).
+    pub(super) fn file_view_in(
+        &self,
+        c: &ToolPair,
+        mode: super::render::Rendering,
+    ) -> Option<&str> {
+        use super::render::Rendering;
+        let everywhere = self.files_in_play_everywhere && mode != Rendering::Current;
+        (mode.is_aged() || everywhere)
+            .then(|| self.file_views.get(&c.tool_call_id).map(String::as_str))
+            .flatten()
     }
 
     /// Chooses, newest first, the lines each aged result keeps so that together they carry the
@@ -848,6 +866,7 @@ mod tests {
                 digest_prose: None,
                 arg_string_chars: 300,
                 blocks_once: false,
+                files_in_play_everywhere: false,
             }
         }
     }

@@ -675,8 +675,15 @@ impl<'v> Turns<'v> {
                         continue;
                     }
                     let note = cx.notes.get(c.tool_call_id.as_str());
-                    match note.and_then(|n| n.replacement(c, mode)) {
+                    let view_first = cx
+                        .aging
+                        .filter(|a| a.files_in_play_everywhere)
+                        .and_then(|a| a.file_view_in(c, mode));
+                    match note.and_then(|n| n.replacement_of_view(c, mode, view_first)) {
                         Some(text) => covered.add(&text),
+                        None if view_first.is_some() => {
+                            covered.add(c.output.as_deref().unwrap_or_default())
+                        }
                         None if old => aged.push((m.seq, c)),
                         None => covered.add(c.output.as_deref().unwrap_or_default()),
                     }

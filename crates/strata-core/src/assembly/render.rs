@@ -57,7 +57,7 @@ pub(super) enum Rendering {
 }
 
 impl Rendering {
-    fn is_aged(self) -> bool {
+    pub(super) fn is_aged(self) -> bool {
         matches!(self, Rendering::Aged | Rendering::AgedAnswered)
     }
 }
@@ -208,19 +208,23 @@ impl MessageRenderer<'_> {
         if self.gate.withholds(c.privacy_class) {
             return counted(self.gate.safe_summary(c));
         }
-        if let Some(text) = note.and_then(|n| n.replacement(c, self.mode)) {
+        let file_view = self.aging.and_then(|a| a.file_view_in(c, self.mode));
+        // Policy 10 sends a file in play as read where an older policy sent its memory.
+        let view_first =
+            file_view.filter(|_| self.aging.is_some_and(|a| a.files_in_play_everywhere));
+        if let Some(text) = note.and_then(|n| n.replacement_of_view(c, self.mode, view_first)) {
             return counted(text);
         }
         if let Some(a) = self.aging {
             if let Some(s) = a.superseded.get(&c.tool_call_id) {
                 return counted(aging::superseded_text(s));
             }
+            let raw = a.in_place.get(&c.tool_call_id).copied();
+            if let Some(path) = file_view {
+                return counted(aging::file_view_result(c, raw, path, seq, a));
+            }
             if self.mode.is_aged() {
-                let raw = a.in_place.get(&c.tool_call_id).copied();
-                return counted(match a.file_views.get(&c.tool_call_id) {
-                    Some(path) => aging::file_view_result(c, raw, path, seq, a),
-                    None => aging::aged_result(c, seq, a),
-                });
+                return counted(aging::aged_result(c, seq, a));
             }
             if let Some(raw) = a.in_place.get(&c.tool_call_id) {
                 return counted((*raw).to_owned());
