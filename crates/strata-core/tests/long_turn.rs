@@ -146,9 +146,14 @@ fn session(steps: u64, state: AgentState) -> Snapshot {
         "Running the whole suite.",
         vec![pair("call-pending", seq, "bash", &args, None, None)],
     ));
+    snapshot_of(messages, seq, state)
+}
+
+/// A coding agent's snapshot of these messages, up to `head_seq`.
+fn snapshot_of(messages: Vec<Value>, head_seq: u64, state: AgentState) -> Snapshot {
     serde_json::from_value(json!({
         "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": "agent",
-        "head_seq": seq, "model": "gpt-4o", "context_window_tokens": 400_000,
+        "head_seq": head_seq, "model": "gpt-4o", "context_window_tokens": 400_000,
         "reserved_output_tokens": 8000, "system_prompt": "You are a coding agent.",
         "system_prompt_tokens": 6, "session_started_event_id": "start", "tools": [],
         "tools_tokens": 0, "state": serde_json::to_value(state).unwrap(),
@@ -611,16 +616,7 @@ fn conversation(turns: u64) -> Snapshot {
         messages.push(message(next(), "assistant", &answer, vec![]));
     }
     let head = seq;
-    serde_json::from_value(json!({
-        "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": "agent",
-        "head_seq": head, "model": "gpt-4o", "context_window_tokens": 400_000,
-        "reserved_output_tokens": 8000, "system_prompt": "You are a coding agent.",
-        "system_prompt_tokens": 6, "session_started_event_id": "start", "tools": [],
-        "tools_tokens": 0, "state": serde_json::to_value(AgentState::default()).unwrap(),
-        "messages": messages, "messages_before_window": 0, "loose_tool_calls": [],
-        "transcript_tokens": 0, "orphan_results": 0
-    }))
-    .unwrap()
+    snapshot_of(messages, head, AgentState::default())
 }
 
 #[test]
@@ -903,17 +899,7 @@ fn read_then_edit() -> (Snapshot, String) {
         message(6, "assistant", "app.py and util.py.", vec![]),
         message(7, "user", "Change the limit of value_97 to 1000.", vec![]),
     ];
-    let snapshot = serde_json::from_value(json!({
-        "tenant_id": "t", "session_id": "s", "branch_id": "main", "participant_id": "agent",
-        "head_seq": 7, "model": "gpt-4o", "context_window_tokens": 400_000,
-        "reserved_output_tokens": 8000, "system_prompt": "You are a coding agent.",
-        "system_prompt_tokens": 6, "session_started_event_id": "start", "tools": [],
-        "tools_tokens": 0, "state": serde_json::to_value(AgentState::default()).unwrap(),
-        "messages": messages, "messages_before_window": 0, "loose_tool_calls": [],
-        "transcript_tokens": 0, "orphan_results": 0
-    }))
-    .unwrap();
-    (snapshot, source)
+    (snapshot_of(messages, 7, AgentState::default()), source)
 }
 
 #[test]

@@ -815,6 +815,17 @@ impl<'a> Aging<'a> {
             .flatten()
     }
 
+    /// Under [`super::POLICY_VERSION_IN_PLAY`], the file view that goes instead of a result's
+    /// memory (older policies send the memory first).
+    pub(super) fn view_before_memory(
+        &self,
+        c: &ToolPair,
+        mode: super::render::Rendering,
+    ) -> Option<&str> {
+        self.file_view_in(c, mode)
+            .filter(|_| self.files_in_play_everywhere)
+    }
+
     /// Chooses, newest first, the lines each aged result keeps so that together they carry the
     /// most names the rest of the context does not. `covered` holds what the context carries
     /// whole (what was said, the calls, the verbatim results); `aged` are the aged steps'

@@ -675,10 +675,7 @@ impl<'v> Turns<'v> {
                         continue;
                     }
                     let note = cx.notes.get(c.tool_call_id.as_str());
-                    let view_first = cx
-                        .aging
-                        .filter(|a| a.files_in_play_everywhere)
-                        .and_then(|a| a.file_view_in(c, mode));
+                    let view_first = cx.aging.and_then(|a| a.view_before_memory(c, mode));
                     match note.and_then(|n| n.replacement_of_view(c, mode, view_first)) {
                         Some(text) => covered.add(&text),
                         None if view_first.is_some() => {

@@ -209,9 +209,7 @@ impl MessageRenderer<'_> {
             return counted(self.gate.safe_summary(c));
         }
         let file_view = self.aging.and_then(|a| a.file_view_in(c, self.mode));
-        // Policy 10 sends a file in play as read where an older policy sent its memory.
-        let view_first =
-            file_view.filter(|_| self.aging.is_some_and(|a| a.files_in_play_everywhere));
+        let view_first = self.aging.and_then(|a| a.view_before_memory(c, self.mode));
         if let Some(text) = note.and_then(|n| n.replacement_of_view(c, self.mode, view_first)) {
             return counted(text);
         }
