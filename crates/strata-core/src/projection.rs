@@ -95,6 +95,10 @@ pub struct SubagentState {
     pub started_event_id: String,
     /// The latest of its events on the parent's log.
     pub last_event_id: String,
+    /// The log position of that event (0 in state folded before it was recorded), so that the
+    /// assembler can tell how many steps came after the report.
+    #[serde(default)]
+    pub last_seq: u64,
 }
 
 impl SubagentState {
@@ -907,6 +911,7 @@ pub fn apply_forked(
                 status: "running".into(),
                 started_event_id: event.event_id.clone(),
                 last_event_id: event.event_id.clone(),
+                last_seq: event.seq.unwrap_or_default(),
                 ..SubagentState::default()
             });
         }
@@ -921,6 +926,7 @@ pub fn apply_forked(
                 .extend(string_list(p.extra.get("artifacts")));
             child.artifacts.dedup();
             child.last_event_id = event.event_id.clone();
+            child.last_seq = event.seq.unwrap_or_default();
         }
         Payload::SubagentFinished(p) => {
             transcript += tokens.count(&p.report) + MESSAGE_OVERHEAD_TOKENS;
@@ -936,6 +942,7 @@ pub fn apply_forked(
                 .map(str::to_owned);
             child.retryable = p.extra.get("retryable").and_then(Value::as_bool);
             child.last_event_id = event.event_id.clone();
+            child.last_seq = event.seq.unwrap_or_default();
         }
         Payload::ApprovalRequested(p) => {
             if let Some(id) = &p.tool_call_id {
@@ -1112,6 +1119,7 @@ fn subagent_mut<'a>(
                 status: "running".into(),
                 started_event_id: event.event_id.clone(),
                 last_event_id: event.event_id.clone(),
+                last_seq: event.seq.unwrap_or_default(),
                 ..SubagentState::default()
             });
             subagents.len() - 1

@@ -8,7 +8,7 @@ use strata_core::assembly::{
     assemble_with_policy, Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage, Snapshot,
     Tier, POLICY_VERSION_STEPS, POLICY_VERSION_TURNS,
 };
-use strata_core::projection::{AgentState, Sourced};
+use strata_core::projection::{AgentState, Sourced, SubagentState};
 use strata_core::tokens::{O200k, TokenCounter};
 
 const STEPS: u64 = 120;
@@ -924,4 +924,78 @@ fn policy_10_sends_a_file_in_play_as_read_in_a_completed_turn_where_8_shortens_i
         text_of(&assemble(&snapshot, "strata.assembly/10")),
         text_of(&v10)
     );
+}
+
+/// A finished subagent's state: its report is `lines` findings, its latest event at `last_seq`.
+fn finished_subagent(id: &str, lines: usize, last_seq: u64) -> SubagentState {
+    let report: String = (0..lines)
+        .map(|i| format!("finding {i} of {id}: src/module_{i:02} keeps its byte order"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    SubagentState {
+        child_session_id: id.into(),
+        task: Some(format!(
+            "Survey the modules for {id}. {}",
+            "Context: ".repeat(100)
+        )),
+        status: "failed".into(),
+        finished: true,
+        report: Some(report),
+        error: Some("the survey of module 77 timed out".into()),
+        retryable: Some(true),
+        started_event_id: format!("{id}-start"),
+        last_event_id: format!("{id}-end"),
+        last_seq,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn policy_11_sends_a_report_older_than_the_working_set_by_its_evidence_lines() {
+    let state = AgentState {
+        subagents: vec![
+            finished_subagent("early", 120, 4),
+            finished_subagent("recent", 120, 3 + STEPS * 2),
+        ],
+        ..AgentState::default()
+    };
+    let snapshot = session(STEPS, state);
+    let v10 = assemble(&snapshot, "strata.assembly/10");
+    let v11 = assemble(&snapshot, "strata.assembly/11");
+    assert_eq!(v11.assembly.policy_version, "strata.assembly/11");
+    // Under 10 both reports go whole; under 11 the early one is aged, the recent one whole.
+    for id in ["early", "recent"] {
+        assert!(text_of(&v10).contains(&format!("finding 60 of {id}:")));
+    }
+    let reports: Vec<_> = v11
+        .assembly
+        .included
+        .iter()
+        .filter(|s| s.kind == "subagent_result")
+        .collect();
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    let aged: Vec<_> = reports.iter().filter(|s| s.rendering == "aged").collect();
+    assert_eq!(aged.len(), 1, "{reports:?}");
+    assert!(aged[0].source_event_ids.contains(&"early-end".to_owned()));
+    assert!(
+        aged[0]
+            .reason
+            .contains(&format!("finished {STEPS} steps back")),
+        "{}",
+        aged[0].reason
+    );
+    let sent = text_of(&v11);
+    assert!(sent.contains("finding 60 of recent:"));
+    assert!(!sent.contains("finding 60 of early:"), "the middle is cut");
+    // What ran and how it ended, the task's opening and the failure state stay.
+    for kept in [
+        "finding 0 of early:",
+        "finding 119 of early:",
+        "Task (its opening): Survey the modules for early.",
+        "Error: the survey of module 77 timed out (retryable)",
+    ] {
+        assert!(sent.contains(kept), "{kept} missing");
+    }
+    assert!(v11.assembly.context_tokens < v10.assembly.context_tokens);
+    assert_eq!(text_of(&assemble(&snapshot, "strata.assembly/11")), sent);
 }

@@ -359,6 +359,17 @@ pub(super) fn evidence_lines(
     salience: &Salience,
     max_lines: usize,
 ) -> String {
+    evidence_lines_within(text, seq, salience, max_lines, EVIDENCE_MAX_CHARS)
+}
+
+/// [`evidence_lines`] with its own character ceiling `max_chars`.
+pub(super) fn evidence_lines_within(
+    text: &str,
+    seq: u64,
+    salience: &Salience,
+    max_lines: usize,
+    max_chars: usize,
+) -> String {
     let lines = evidence_candidates(text);
     let mut ranked: Vec<(usize, usize)> = lines
         .iter()
@@ -377,7 +388,7 @@ pub(super) fn evidence_lines(
             break;
         }
         let len = line_chars(lines[i]);
-        if chars + len > EVIDENCE_MAX_CHARS {
+        if chars + len > max_chars {
             continue;
         }
         chars += len;

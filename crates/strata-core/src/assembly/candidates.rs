@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::gates::{CallNotes, Gate};
 use super::render::{data_message, render_message, Rendering};
 use super::selection::restated;
-use super::state::{render_facts, render_recovery, render_state, subagent_unit};
+use super::state::{render_facts, render_recovery, render_state, subagent_unit, AgedReport};
 use super::{
     aging, is_step, memories, Aging, AssemblyPolicy, AssemblyRequest, BundleMessage, Omission,
     OmissionReason, Snapshot, Tier, TimelineMessage, ToolPair, Unit,
 };
-use crate::projection::{truncate_chars, ToolStatus, PLATFORM_ROLE};
+use crate::projection::{truncate_chars, SubagentState, ToolStatus, PLATFORM_ROLE};
 use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
 
 /// What every phase of one assembly reads: the inputs, the privacy gate, what the memories say
@@ -75,7 +75,8 @@ pub(super) fn collect<'v>(
     fixed.extend(pending_calls(cx, visible));
     fixed.extend(state_units(cx));
     for (i, child) in cx.snapshot.state.subagents.iter().enumerate() {
-        let (unit, omission) = subagent_unit(child, i as u32, cx.tokens);
+        let (unit, omission) =
+            subagent_unit(child, i as u32, cx.tokens, history.aged_report(cx, child));
         if history.reports_verbatim(cx, visible, child.report.as_deref()) {
             omitted.push(restated(unit));
         } else {
@@ -702,6 +703,20 @@ impl<'v> Turns<'v> {
             .chain(self.completed.iter().flatten())
             .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str()))
             .collect()
+    }
+
+    /// Under [`AssemblyPolicy::subagent_reports_age`], how a subagent whose report is older than
+    /// the working set goes: as many steps came after its latest event as the working set holds.
+    fn aged_report<'a>(&self, cx: &Cx<'a>, child: &SubagentState) -> Option<AgedReport<'a>> {
+        let (keep, aging) = (self.keep?, cx.aging?);
+        if !cx.policy.subagent_reports_age || self.whole {
+            return None;
+        }
+        let steps_after = self.step_ages.range(child.last_seq + 1..).count();
+        (steps_after >= keep).then_some(AgedReport {
+            steps_after,
+            salience: &aging.salience,
+        })
     }
 
     /// Under the long-turn policy: whether the call that ran a subagent returned its report and

@@ -104,6 +104,12 @@ pub const POLICY_VERSION_WHOLE_SHORT: &str = "strata.assembly/9";
 /// the next edit of that file quotes its lines, and a conversation of many short turns edits a
 /// file read turns ago.
 pub const POLICY_VERSION_IN_PLAY: &str = "strata.assembly/10";
+/// [`POLICY_VERSION_IN_PLAY`] with subagents aging like steps: a finished subagent's report goes
+/// whole until as many steps came after it as the working set holds, then by its task's
+/// opening and its report's evidence lines (its artifacts, failure state and checkpoint still
+/// whole) — on a long run the reports of every subagent the agent ever started no longer ride
+/// along, whole, at every call.
+pub const POLICY_VERSION_REPORTS_AGE: &str = "strata.assembly/11";
 /// Under [`POLICY_VERSION_WHOLE_SHORT`], a history up to this many tokens goes as written.
 pub const WHOLE_HISTORY_TOKENS: u64 = 16_000;
 /// Under [`POLICY_VERSION_SAID`], what was said in a digested turn goes whole up to this many
@@ -164,6 +170,9 @@ pub struct AssemblyPolicy {
     /// Under aging, whether the newest read of a file in play goes as read in completed turns
     /// too, not by its memory ([`POLICY_VERSION_IN_PLAY`]).
     pub files_in_play_everywhere: bool,
+    /// Under aging, whether a finished subagent older than the working set goes by its task's
+    /// opening and its report's evidence lines ([`POLICY_VERSION_REPORTS_AGE`]).
+    pub subagent_reports_age: bool,
 }
 
 impl Default for AssemblyPolicy {
@@ -191,6 +200,7 @@ impl AssemblyPolicy {
         own_words_once: false,
         whole_history_tokens: 0,
         files_in_play_everywhere: false,
+        subagent_reports_age: false,
     };
 
     /// Policy 6 ([`POLICY_VERSION_SAID`]).
@@ -231,6 +241,14 @@ impl AssemblyPolicy {
         ..AssemblyPolicy::OWN_WORDS
     };
 
+    /// Policy 11 ([`POLICY_VERSION_REPORTS_AGE`]), measured against 8 and 10 in
+    /// `docs/BENCHMARKS.md`.
+    pub const REPORTS_AGE: AssemblyPolicy = AssemblyPolicy {
+        version: POLICY_VERSION_REPORTS_AGE,
+        subagent_reports_age: true,
+        ..AssemblyPolicy::IN_PLAY
+    };
+
     /// Policy 5 ([`POLICY_VERSION_ANSWERED`]).
     pub const ANSWERED: AssemblyPolicy = AssemblyPolicy {
         version: POLICY_VERSION_ANSWERED,
@@ -241,9 +259,10 @@ impl AssemblyPolicy {
     };
 
     /// Every known policy, default first.
-    pub fn all() -> [AssemblyPolicy; 10] {
+    pub fn all() -> [AssemblyPolicy; 11] {
         [
             AssemblyPolicy::default(),
+            AssemblyPolicy::REPORTS_AGE,
             AssemblyPolicy::IN_PLAY,
             AssemblyPolicy::WHOLE_SHORT,
             AssemblyPolicy::NOVEL,
