@@ -209,8 +209,12 @@ NESTED: dict[str, type[BaseModel]] = {
 
 MODELS: dict[str, type[BaseModel]] = {**dict(PAYLOAD_TYPES.items()), **NESTED}
 NAMED = avro_named()
+# The log's own record of a sealed event (ingest writes it under `--seal on`): not an event type.
+LOG_ONLY_RECORDS = {"Sealed"}
 PAYLOAD_RECORDS = {
-    r["name"]: r for r in next(f for f in AVRO["fields"] if f["name"] == "payload")["type"]
+    r["name"]: r
+    for r in next(f for f in AVRO["fields"] if f["name"] == "payload")["type"]
+    if r["name"] not in LOG_ONLY_RECORDS
 }
 
 

@@ -9,7 +9,7 @@ use strata_assembler::{Assembler, AssemblerOptions, ContextRequest};
 use strata_core::Event;
 use strata_ingest::{IngestOptions, Ingestor, Publisher};
 use strata_log::FsyncPolicy;
-use strata_runtime::{BackendOpts, Backends};
+use strata_runtime::{BackendOpts, Backends, SealMode};
 
 pub(crate) const BATCH: usize = 1000;
 const TENANT: &str = "bench";
@@ -25,12 +25,18 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
     println!();
     println!("{:<52} {:>14}", "measure", "result");
     raw_figures(events).await?;
-    for fsync in [FsyncPolicy::Always, FsyncPolicy::Never] {
+    for (fsync, seal) in [
+        (FsyncPolicy::Always, SealMode::Off),
+        (FsyncPolicy::Never, SealMode::Off),
+        (FsyncPolicy::Never, SealMode::On),
+    ] {
         let dir = tempfile::tempdir()?;
         let opts = BackendOpts {
             fsync,
+            seal,
             ..BackendOpts::embedded(dir.path())
         };
+        let sealed = if seal == SealMode::On { ", sealed" } else { "" };
         let backends = Backends::open(&opts, "strata bench").await?;
         let ingestor = Ingestor::new(backends.clone(), IngestOptions::default());
         let all = small_events(events);
@@ -50,16 +56,16 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
         let ingest = started.elapsed();
         println!(
             "{:<52} {:>10.0} ev/s",
-            format!("ingest → file log (batches of {BATCH}, fsync {fsync:?})"),
+            format!("ingest → file log (batches of {BATCH}, fsync {fsync:?}{sealed})"),
             events as f64 / ingest.as_secs_f64()
         );
-        if fsync == FsyncPolicy::Always {
+        if fsync == FsyncPolicy::Always || seal == SealMode::On {
             let started = Instant::now();
             let applied = strata_projector::catch_up(&backends).await?;
             let project = started.elapsed();
             println!(
                 "{:<52} {:>10.0} ev/s",
-                "projector: file log → SQLite (batches of 2000)",
+                format!("projector: file log → SQLite (batches of 2000{sealed})"),
                 applied as f64 / project.as_secs_f64()
             );
         }
@@ -186,6 +192,39 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sealing and opening with a data key (AES-256-GCM), beside the plain codec's figures above.
+fn sealed_codec_figures(codec: &strata_codec::AvroCodec, all: &[Event]) -> anyhow::Result<()> {
+    let key = strata_codec::DataKey::generate();
+    let started = Instant::now();
+    let sealed: Vec<Vec<u8>> = all
+        .iter()
+        .map(|e| codec.encode_sealed(e, &key))
+        .collect::<Result<_, _>>()?;
+    let seal = started.elapsed();
+    let started = Instant::now();
+    for bytes in &sealed {
+        let strata_codec::Record::Sealed(s) = codec.decode_record(bytes)? else {
+            anyhow::bail!("a sealed record decoded as plain");
+        };
+        std::hint::black_box(codec.open(&s, &key)?);
+    }
+    let open = started.elapsed();
+    println!(
+        "{:<52} {:>10.0} ev/s",
+        format!(
+            "Avro encode + seal (~{} bytes/event)",
+            sealed.iter().map(Vec::len).sum::<usize>() / sealed.len().max(1)
+        ),
+        all.len() as f64 / seal.as_secs_f64()
+    );
+    println!(
+        "{:<52} {:>10.0} ev/s",
+        "Avro decode + open",
+        all.len() as f64 / open.as_secs_f64()
+    );
+    Ok(())
+}
+
 /// The layers under ingest on their own: Avro encode/decode and the file log.
 async fn raw_figures(events: u64) -> anyhow::Result<()> {
     let codec = strata_codec::AvroCodec::new();
@@ -214,6 +253,7 @@ async fn raw_figures(events: u64) -> anyhow::Result<()> {
         "Avro decode",
         events as f64 / decode.as_secs_f64()
     );
+    sealed_codec_figures(&codec, &all)?;
     let dir = tempfile::tempdir()?;
     let log = strata_log::open(
         &format!("file://{}", dir.path().display()),

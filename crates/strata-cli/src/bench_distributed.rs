@@ -152,7 +152,7 @@ async fn measure(
     let codec = &backends.codec;
     let encoded: Vec<Vec<u8>> = events
         .iter()
-        .map(|e| codec.encode(e))
+        .map(|e| codec.avro().encode(e))
         .collect::<Result<_, _>>()?;
     let started = Instant::now();
     let records = events.iter().zip(&encoded).map(|(e, value)| {
@@ -213,7 +213,7 @@ async fn measure(
     while read < total {
         let polled = consumer.poll(2000, Duration::from_millis(200)).await?;
         for r in &polled.records {
-            std::hint::black_box(codec.decode(&r.value)?);
+            std::hint::black_box(codec.decode(&r.value).await?);
         }
         read += polled.records.len() as u64;
         anyhow::ensure!(
@@ -387,7 +387,7 @@ async fn produce_direct(
         .collect();
     let encoded: Vec<Vec<u8>> = events
         .iter()
-        .map(|e| backends.codec.encode(e))
+        .map(|e| backends.codec.avro().encode(e))
         .collect::<Result<_, _>>()?;
     let in_log = |ends: Vec<u64>| ends.iter().sum::<u64>();
     let before = in_log(backends.log.end_offsets().await?);

@@ -205,7 +205,8 @@ async fn evaluate(
         eval_files(args, options, show_progress).await?
     } else if args.from_archive {
         let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
-        let events = archived_events(&blobs).await?;
+        let codec = strata_runtime::open_record_codec(opts).await?;
+        let events = archived_events(&blobs, &codec).await?;
         strata_replay::eval(
             ReplaySource::Events(events),
             "archive",
@@ -217,11 +218,15 @@ async fn evaluate(
     } else {
         let (log, _lock) = open_log(opts, "strata eval").await?;
         let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
+        let options = EvalOptions {
+            codec: strata_runtime::open_record_codec(opts).await?,
+            ..options.clone()
+        };
         strata_replay::eval(
             ReplaySource::Log(log.as_ref()),
             "log",
             Some(&blobs),
-            options,
+            &options,
             progress,
         )
         .await?
@@ -232,11 +237,13 @@ async fn evaluate(
     Ok(report)
 }
 
-async fn archived_events(blobs: &strata_blob::BlobStore) -> anyhow::Result<Vec<Event>> {
-    let codec = strata_codec::AvroCodec::new();
+async fn archived_events(
+    blobs: &strata_blob::BlobStore,
+    codec: &strata_keys::RecordCodec,
+) -> anyhow::Result<Vec<Event>> {
     let mut events = Vec::new();
     for r in strata_replay::archive::read_all(blobs).await? {
-        events.push(codec.decode(&r.value).with_context(|| {
+        events.push(codec.decode(&r.value).await.with_context(|| {
             format!(
                 "archived record p{} o{} does not decode",
                 r.partition, r.offset

@@ -153,6 +153,10 @@ pub(crate) async fn replay(opts: &BackendOpts, args: &ReplayArgs) -> anyhow::Res
             Some(_) => None,
             None => Some(strata_blob::BlobStore::open(&opts.blob_url())?),
         },
+        codec: match &args.events {
+            Some(_) => strata_keys::RecordCodec::plain(),
+            None => strata_runtime::open_record_codec(opts).await?,
+        },
     };
     let mut sink = progress_line;
     let progress: Option<&mut (dyn FnMut(Progress) + Send)> =
@@ -168,10 +172,9 @@ pub(crate) async fn replay(opts: &BackendOpts, args: &ReplayArgs) -> anyhow::Res
         }
         None if args.from_archive => {
             let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
-            let codec = strata_codec::AvroCodec::new();
             let mut events = Vec::new();
             for r in strata_replay::archive::read_all(&blobs).await? {
-                events.push(codec.decode(&r.value).with_context(|| {
+                events.push(options.codec.decode(&r.value).await.with_context(|| {
                     format!(
                         "archived record p{} o{} does not decode",
                         r.partition, r.offset
@@ -350,6 +353,7 @@ pub(crate) async fn rebuild(
         switch: !args.no_switch,
         // Only read when the log no longer holds a record (retention).
         archive: Some(backends.blobs.clone()),
+        codec: backends.codec.clone(),
         ..RebuildOptions::default()
     };
     let (log, live) = (backends.log.as_ref(), backends.store.as_ref());

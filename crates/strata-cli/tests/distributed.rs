@@ -1,5 +1,7 @@
 //! The same `strata` verbs on the distributed backends (Kafka, PostgreSQL, Redis, S3) give the same
 //! context as on the embedded default: the service code is one, the backends are chosen by URL.
+//! The distributed run seals its events (`--seal on`, keys in PostgreSQL): the topic, read from
+//! offset 0, holds none of the session's words.
 //!
 //! Needs the servers of `scripts/services.sh start` and its variables (`STRATA_TEST_KAFKA_BROKERS`,
 //! `STRATA_TEST_POSTGRES_URL`, `STRATA_TEST_REDIS_URL`, `STRATA_TEST_S3_URL`). Without them the test skips and says why,
@@ -322,6 +324,27 @@ fn fixture(tenant: &str) -> String {
     lines.join("\n") + "\n"
 }
 
+/// Every record of the log at `url`, from offset 0, as its bytes.
+fn raw_topic(url: &str) -> Vec<Vec<u8>> {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let log = strata_log::open(url, strata_log::FileLogOptions::default())
+            .await
+            .expect("open the topic");
+        let mut out = Vec::new();
+        for (p, end) in log.end_offsets().await.expect("ends").iter().enumerate() {
+            let mut from = 0;
+            while from < *end {
+                let chunk = log.read(p as u32, from, 1000).await.expect("read");
+                let Some(last) = chunk.last() else { break };
+                from = last.offset + 1;
+                out.extend(chunk.into_iter().map(|r| r.value));
+            }
+        }
+        out
+    })
+}
+
 #[test]
 fn distributed_backends_give_the_same_context_as_the_embedded_default() {
     let (Some(kafka), Some(pg), Some(redis), Some(s3)) = (
@@ -361,14 +384,17 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
 
     let embedded = dir.path().join("embedded");
     let distributed = dir.path().join("distributed");
+    // Every service of a deployment shares one master key, made by the operator.
+    let master_key = dir.path().join("master.key");
+    std::fs::write(&master_key, format!("{}\n", "5a".repeat(32))).expect("write master key");
+    let log_url = format!("kafka://{kafka}/{}?partitions=4", unique("events"));
     let remote = vec![
-        (
-            "STRATA_LOG",
-            format!("kafka://{kafka}/{}?partitions=4", unique("events")),
-        ),
+        ("STRATA_LOG", log_url.clone()),
         ("STRATA_DB", db_url.clone()),
         ("STRATA_HOT", redis.clone()),
         ("STRATA_BLOB", format!("{s3}/{}", unique("e2e"))),
+        ("STRATA_SEAL", "on".to_owned()),
+        ("STRATA_MASTER_KEY_FILE", master_key.display().to_string()),
     ];
     let mut contexts: Vec<Value> = Vec::new();
     for (data_dir, backends) in [(&embedded, vec![]), (&distributed, remote)] {
@@ -426,6 +452,36 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
     assert!(!distributed.join("strata.db").exists());
     assert!(!distributed.join("blobs").exists());
     assert!(!distributed.join("log").exists());
+    assert!(
+        !distributed.join("keys.db").exists(),
+        "keys live in PostgreSQL"
+    );
+
+    // The topic from offset 0: every record sealed, none of the session's words in it.
+    let topic = raw_topic(&log_url);
+    assert!(topic.len() >= 17, "{} records", topic.len());
+    let codec = strata_codec::AvroCodec::new();
+    for record in &topic {
+        assert!(
+            matches!(
+                codec.decode_record(record),
+                Ok(strata_codec::Record::Sealed(_))
+            ),
+            "a plain record on a sealed log"
+        );
+        for marker in [
+            "make the tests pass",
+            "now add a regression test",
+            "be exact",
+            "green CI",
+            "test x ... FAILED",
+        ] {
+            assert!(
+                !record.windows(marker.len()).any(|w| w == marker.as_bytes()),
+                "the topic holds {marker:?}"
+            );
+        }
+    }
 
     let _ = Command::new("psql")
         .args([

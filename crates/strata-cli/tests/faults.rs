@@ -205,7 +205,7 @@ fn kill_9_of_strata_dev_loses_nothing_and_applies_nothing_twice() {
             while from < *end {
                 let chunk = backends.log.read(p as u32, from, 4096).await.expect("read");
                 for r in &chunk {
-                    let e = backends.codec.decode(&r.value).expect("decode");
+                    let e = backends.codec.decode(&r.value).await.expect("decode");
                     on_log.insert(e.event_id);
                     records += 1;
                 }

@@ -12,6 +12,7 @@ use strata_core::{Causality, Event, EventType, Payload};
 
 use crate::error::{Error, Result};
 use crate::schema::Version;
+use crate::seal::{Envelope, Record, SealedEvent, NONCE_LEN, TAG_LEN};
 
 /// Strips the union wrapper(s) of a value.
 fn plain(v: Avro) -> Avro {
@@ -249,7 +250,7 @@ impl<'p> Rec<'p> {
 }
 
 /// Builds the event from a datum written with `version`.
-pub(crate) fn event_from_avro(value: Avro, version: &Version) -> Result<Event> {
+pub(crate) fn record_from_avro(value: Avro, version: &Version) -> Result<Record> {
     let mut r = Rec::new(value, "")?;
     let event_id = r.string("event_id")?;
     let tenant_id = r.string("tenant_id")?;
@@ -278,6 +279,33 @@ pub(crate) fn event_from_avro(value: Avro, version: &Version) -> Result<Event> {
     let Avro::Union(branch, payload) = payload else {
         return Err(r.err("payload", "expected a union of payload records"));
     };
+    if version.sealed_index == Some(branch) {
+        let event_type = EventType::parse(&type_name).ok_or_else(|| {
+            r.err(
+                "type",
+                format!("{type_name:?} of a sealed event is no known event type"),
+            )
+        })?;
+        let envelope = Envelope {
+            event_id,
+            tenant_id,
+            session_id,
+            branch_id,
+            seq,
+            parent_event_id,
+            timestamp,
+            event_type,
+            actor,
+            participant_id,
+        };
+        if causality.is_some() || !r.extra()?.is_empty() {
+            return Err(r.err(
+                "payload",
+                "a sealed event carries its causality and unknown fields inside the seal",
+            ));
+        }
+        return sealed_from_avro(envelope, *payload).map(Record::Sealed);
+    }
     let ty = version
         .payload_types
         .get(branch as usize)
@@ -303,7 +331,7 @@ pub(crate) fn event_from_avro(value: Avro, version: &Version) -> Result<Event> {
     }
     let payload = payload_from_avro(ty, *payload)?;
     let extra = r.extra()?;
-    Ok(Event {
+    Ok(Record::Plain(Event {
         event_id,
         tenant_id,
         session_id,
@@ -316,6 +344,41 @@ pub(crate) fn event_from_avro(value: Avro, version: &Version) -> Result<Event> {
         payload,
         causality,
         extra,
+    }))
+}
+
+fn sealed_from_avro(envelope: Envelope, v: Avro) -> Result<SealedEvent> {
+    let mut r = Rec::new(v, "payload")?;
+    let key_id = r.string("key_id")?;
+    let nonce = match r.required("nonce")? {
+        Avro::Bytes(b) => <[u8; NONCE_LEN]>::try_from(b.as_slice()).map_err(|_| {
+            r.err(
+                "nonce",
+                format!("is {} bytes, expected {NONCE_LEN}", b.len()),
+            )
+        })?,
+        other => return Err(r.err("nonce", format!("expected bytes, found {}", kind(&other)))),
+    };
+    let ciphertext = match r.required("ciphertext")? {
+        Avro::Bytes(b) if b.len() >= TAG_LEN => b,
+        Avro::Bytes(b) => {
+            return Err(r.err(
+                "ciphertext",
+                format!("is {} bytes, shorter than its {TAG_LEN}-byte tag", b.len()),
+            ))
+        }
+        other => {
+            return Err(r.err(
+                "ciphertext",
+                format!("expected bytes, found {}", kind(&other)),
+            ))
+        }
+    };
+    Ok(SealedEvent {
+        envelope,
+        key_id,
+        nonce,
+        ciphertext,
     })
 }
 

@@ -7,6 +7,7 @@ use strata_core::{Causality, Event, Payload};
 
 use crate::error::{Error, Result};
 use crate::schema::Version;
+use crate::seal::SealedEvent;
 
 /// A record under construction: fields in schema order.
 struct Rec(Vec<(String, Avro)>);
@@ -132,6 +133,44 @@ pub(crate) fn event_to_avro(event: &Event, version: &Version) -> Result<Avro> {
         )
         .put("payload", Avro::Union(branch, Box::new(payload)))
         .put("extra", extra(&event.extra));
+    Ok(r.done())
+}
+
+/// Builds the Avro value of a sealed event for the schema `version` (4 or later): the envelope,
+/// null causality and extra, the `Sealed` payload.
+pub(crate) fn sealed_to_avro(sealed: &SealedEvent, version: &Version) -> Result<Avro> {
+    let branch = version.sealed_index.ok_or_else(|| {
+        Error::invalid(
+            "payload",
+            format!(
+                "schema version {} cannot hold a sealed event",
+                version.version
+            ),
+        )
+    })?;
+    let e = &sealed.envelope;
+    let mut payload = Rec::with_capacity(3);
+    payload
+        .put("key_id", string(&sealed.key_id))
+        .put("nonce", Avro::Bytes(sealed.nonce.to_vec()))
+        .put("ciphertext", Avro::Bytes(sealed.ciphertext.clone()));
+    let mut r = Rec::with_capacity(13);
+    r.put("event_id", string(&e.event_id))
+        .put("tenant_id", string(&e.tenant_id))
+        .put("session_id", string(&e.session_id))
+        .put("branch_id", string(&e.branch_id))
+        .put("seq", opt_long("seq", e.seq)?)
+        .put("parent_event_id", opt_string(&e.parent_event_id))
+        .put(
+            "timestamp",
+            Avro::TimestampMicros(e.timestamp.timestamp_micros()),
+        )
+        .put("type", string(e.event_type.as_str()))
+        .put("actor", opt_string(&e.actor))
+        .put("participant_id", opt_string(&e.participant_id))
+        .put("causality", nullable(None))
+        .put("payload", Avro::Union(branch, Box::new(payload.done())))
+        .put("extra", nullable(None));
     Ok(r.done())
 }
 

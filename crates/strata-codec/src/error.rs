@@ -57,6 +57,26 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// The record is sealed and was read without its key ([`crate::AvroCodec::decode_record`]
+    /// and [`crate::AvroCodec::open`] read it).
+    #[error("the record of event {event_id} is sealed with data key {key_id}: open it with its session's key")]
+    Sealed {
+        /// Id of the sealed event (the envelope is readable).
+        event_id: String,
+        /// Id of the key that sealed it.
+        key_id: String,
+    },
+    /// A sealed record did not open: the key is not the one that sealed it, or the record was
+    /// altered (AES-GCM does not tell the two apart).
+    #[error("the sealed record of event {event_id} does not open with data key {key_id}: {what}")]
+    Unseal {
+        /// Id of the sealed event.
+        event_id: String,
+        /// Id of the key that was tried.
+        key_id: String,
+        /// What went wrong.
+        what: &'static str,
+    },
     /// The datum is valid Avro but not a valid event, or a field of the event cannot be written
     /// with the chosen schema version.
     #[error("invalid payload at {field}: {message}")]

@@ -12,8 +12,8 @@
 //!
 //! so any consumer can tell which schema wrote a record. [`AvroCodec::fingerprint_hex`] is the
 //! current fingerprint as it goes into the Kafka header. The fingerprint is the specification's,
-//! as Java, Go and fastavro compute it (`schemas/event.avsc`, version 3: `b4b48a90e4084ed5` in
-//! wire order; version 2 `44e736533d36050b`): apache-avro 0.21's own canonical form keeps the
+//! as Java, Go and fastavro compute it (`schemas/event.avsc`, version 4: `0a76c36dd4f10bd1` in
+//! wire order; version 3 `b4b48a90e4084ed5`, version 2 `44e736533d36050b`): apache-avro 0.21's own canonical form keeps the
 //! logical-typed `timestamp` as `{"type":"long"}`, so records written before this fix carry its
 //! fingerprint (`a73c55ec80f3c10f` for version 2, `a5e1daae55a8815e` for version 1); those are
 //! still read.
@@ -63,12 +63,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Sealed records
+//!
+//! From version 4 a record's payload may be the `Sealed` branch: the event encrypted with its
+//! session's data key ([`AvroCodec::encode_sealed`], [`AvroCodec::open`]), the envelope left
+//! readable. [`AvroCodec::decode_record`] tells the two kinds apart; [`AvroCodec::decode`] reads
+//! plain records only. Keys and their storage are `strata-keys`' concern.
+//!
 //! [single-object encoding]: https://avro.apache.org/docs/1.12.0/specification/#single-object-encoding
 
 mod decode;
 mod encode;
 mod error;
 mod schema;
+mod seal;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -78,7 +86,8 @@ use apache_avro::{GenericSingleObjectReader, GenericSingleObjectWriter, Schema};
 use strata_core::Event;
 
 pub use error::{Error, Result};
-pub use schema::{CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT, SCHEMA_V1, SCHEMA_V2};
+pub use schema::{CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT, SCHEMA_V1, SCHEMA_V2, SCHEMA_V3};
+pub use seal::{DataKey, Envelope, Record, SealedEvent, DATA_KEY_LEN, NONCE_LEN, TAG_LEN};
 
 use schema::{Version, REGISTRY};
 
@@ -186,8 +195,64 @@ impl AvroCodec {
         Ok(out)
     }
 
-    /// Decodes one record written with any known schema version.
+    /// Seals `event` with `key` (its session's data key) and encodes the sealed record with the
+    /// current schema: the envelope readable, the rest AES-256-GCM encrypted
+    /// (`docs/design/forgetting.md`).
+    pub fn encode_sealed(&self, event: &Event, key: &DataKey) -> Result<Vec<u8>> {
+        let plaintext = self.encode(event)?;
+        let sealed = seal::seal(key, Envelope::of(event), &plaintext);
+        let version = REGISTRY.current();
+        let value = encode::sealed_to_avro(&sealed, version)?;
+        let mut out = Vec::with_capacity(plaintext.len() + 128);
+        write_value(version, &value, &mut out)?;
+        if out.len() > MAX_RECORD_BYTES {
+            return Err(Error::TooLarge {
+                bytes: out.len(),
+                max: MAX_RECORD_BYTES,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Opens a sealed record with its key: the event as it was sealed. Fails with
+    /// [`Error::Unseal`] when `key` is not the record's or the record was altered, and when
+    /// what the seal holds is not the event its envelope names.
+    pub fn open(&self, sealed: &SealedEvent, key: &DataKey) -> Result<Event> {
+        let unseal_error = |what| Error::Unseal {
+            event_id: sealed.envelope.event_id.clone(),
+            key_id: key.id().to_owned(),
+            what,
+        };
+        if key.id() != sealed.key_id {
+            return Err(unseal_error("the record names another key"));
+        }
+        let plaintext = seal::unseal(key, sealed)
+            .ok_or_else(|| unseal_error("authentication failed (wrong key or altered record)"))?;
+        let event = match self.decode_record(&plaintext)? {
+            Record::Plain(event) => event,
+            Record::Sealed(_) => return Err(unseal_error("the seal holds another sealed record")),
+        };
+        if Envelope::of(&event) != sealed.envelope {
+            return Err(unseal_error("the sealed event does not match its envelope"));
+        }
+        Ok(event)
+    }
+
+    /// Decodes one record written with any known schema version; a sealed record is an
+    /// [`Error::Sealed`] (use [`AvroCodec::decode_record`] where records may be sealed).
     pub fn decode(&self, bytes: &[u8]) -> Result<Event> {
+        match self.decode_record(bytes)? {
+            Record::Plain(event) => Ok(event),
+            Record::Sealed(sealed) => Err(Error::Sealed {
+                event_id: sealed.envelope.event_id,
+                key_id: sealed.key_id,
+            }),
+        }
+    }
+
+    /// Decodes one record written with any known schema version: a plain event, or a sealed one
+    /// to [`open`](AvroCodec::open) with its key.
+    pub fn decode_record(&self, bytes: &[u8]) -> Result<Record> {
         cap_allocations();
         if bytes.len() > MAX_RECORD_BYTES {
             return Err(Error::TooLarge {
@@ -218,7 +283,7 @@ impl AvroCodec {
                 count: input.rest.len(),
             });
         }
-        decode::event_from_avro(value, version)
+        decode::record_from_avro(value, version)
     }
 
     /// The version of the schema that wrote `bytes`, read from its header.
@@ -250,6 +315,14 @@ impl AvroCodec {
 
 fn write(version: &'static Version, event: &Event, out: &mut Vec<u8>) -> Result<()> {
     let value = encode::event_to_avro(event, version)?;
+    write_value(version, &value, out)
+}
+
+fn write_value(
+    version: &'static Version,
+    value: &apache_avro::types::Value,
+    out: &mut Vec<u8>,
+) -> Result<()> {
     let index = version.index;
     WRITERS.with_borrow_mut(|writers| {
         if writers.len() <= index {
@@ -269,7 +342,7 @@ fn write(version: &'static Version, event: &Event, out: &mut Vec<u8>) -> Result<
                 })?,
             ),
         };
-        let result = writer.write_value_ref(&value, out).map(drop);
+        let result = writer.write_value_ref(value, out).map(drop);
         if result.is_err() {
             // A failed write can leave part of the datum in the writer's buffer, which would
             // be prepended to the next record: start over with a fresh writer.

@@ -11,16 +11,22 @@ use strata_core::EventType;
 pub const SCHEMA_V1: &str = include_str!("../../../schemas/event.v1.avsc");
 /// Text of schema version 2 (`schemas/event.v2.avsc`).
 pub const SCHEMA_V2: &str = include_str!("../../../schemas/event.v2.avsc");
-/// Text of the current schema, version 3 (`schemas/event.avsc`).
+/// Text of schema version 3 (`schemas/event.v3.avsc`).
+pub const SCHEMA_V3: &str = include_str!("../../../schemas/event.v3.avsc");
+/// Text of the current schema, version 4 (`schemas/event.avsc`).
 pub const SCHEMA_CURRENT: &str = include_str!("../../../schemas/event.avsc");
 
 /// Version of the schema [`crate::AvroCodec::encode`] writes with.
-pub const CURRENT_SCHEMA_VERSION: u32 = 3;
+pub const CURRENT_SCHEMA_VERSION: u32 = 4;
+
+/// Name of the payload record that holds a sealed event (schema version 4 on).
+pub(crate) const SEALED_RECORD: &str = "Sealed";
 
 /// Every schema version the codec can read, oldest first, with its text.
-const KNOWN: [(u32, &str); 3] = [
+const KNOWN: [(u32, &str); 4] = [
     (1, SCHEMA_V1),
     (2, SCHEMA_V2),
+    (3, SCHEMA_V3),
     (CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT),
 ];
 
@@ -44,6 +50,8 @@ pub(crate) struct Version {
     pub(crate) payload_types: Vec<Option<EventType>>,
     /// Position of each event type in the `payload` union.
     pub(crate) payload_index: HashMap<EventType, u32>,
+    /// Position of the [`SEALED_RECORD`] in the `payload` union, when the version has one.
+    pub(crate) sealed_index: Option<u32>,
 }
 
 pub(crate) struct Registry {
@@ -102,7 +110,13 @@ impl Version {
         let canonical = Schema::parse_str(&parsing_canonical_form(&schema))
             .map_err(|e| format!("canonical form does not parse: {e}"))?;
         let fingerprint = rabin(&canonical)?;
-        let payload_types = payload_record_names(&schema)?
+        let names = payload_record_names(&schema)?;
+        let sealed_index = names
+            .iter()
+            .position(|name| name == SEALED_RECORD)
+            .map(|i| u32::try_from(i).map_err(|_| "payload union too large".to_owned()))
+            .transpose()?;
+        let payload_types = names
             .into_iter()
             .map(|name| EventType::parse(&name))
             .collect::<Vec<_>>();
@@ -129,6 +143,7 @@ impl Version {
             legacy_reader,
             payload_types,
             payload_index,
+            sealed_index,
         })
     }
 }

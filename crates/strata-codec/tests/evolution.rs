@@ -9,7 +9,7 @@ use apache_avro::schema_compatibility::SchemaCompatibility;
 use apache_avro::Schema;
 use serde_json::Value;
 use strata_codec::{
-    AvroCodec, Error, CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT, SCHEMA_V1, SCHEMA_V2,
+    AvroCodec, Error, CURRENT_SCHEMA_VERSION, SCHEMA_CURRENT, SCHEMA_V1, SCHEMA_V2, SCHEMA_V3,
 };
 use strata_core::{Event, EventType, Payload};
 
@@ -18,10 +18,11 @@ use strata_core::{Event, EventType, Payload};
 /// add a new version instead. Cross-checked with fastavro 1.13.1
 /// (`fingerprint(to_parsing_canonical_form(parse_schema(s)), "CRC-64-AVRO")`), as Java and Go
 /// compute them; CI checks them against fastavro again (`independent_fingerprints.rs`).
-const PINNED: [(u32, &str); 3] = [
+const PINNED: [(u32, &str); 4] = [
     (1, "2479844fe2e620e2"),
     (2, "44e736533d36050b"),
     (3, "b4b48a90e4084ed5"),
+    (4, "0a76c36dd4f10bd1"),
 ];
 /// The fingerprints apache-avro 0.21 (and the Python `avro` 1.12 package) computed, which every
 /// record written before the fix carries: read, never written.
@@ -258,10 +259,10 @@ fn v1_writer_refuses_to_drop_v2_fields() {
         );
     }
     let err = codec
-        .encode_with_schema_version(&common::event(common::MINIMAL[0]), 4)
-        .expect_err("no version 4");
+        .encode_with_schema_version(&common::event(common::MINIMAL[0]), 5)
+        .expect_err("no version 5");
     assert!(
-        matches!(err, Error::UnknownSchemaVersion { version: 4, .. }),
+        matches!(err, Error::UnknownSchemaVersion { version: 5, .. }),
         "{err:?}"
     );
 }
@@ -279,15 +280,19 @@ fn older_writers_refuse_a_type_they_do_not_have() {
             "v{version}: {err}"
         );
     }
-    let v3 = codec.encode(&event).expect("encode current");
-    assert_eq!(codec.schema_version_of(&v3).expect("header"), 3);
-    assert_eq!(codec.decode(&v3).expect("decode"), event);
+    for version in [3, 4] {
+        let record = codec
+            .encode_with_schema_version(&event, version)
+            .expect("encode");
+        assert_eq!(codec.schema_version_of(&record).expect("header"), version);
+        assert_eq!(codec.decode(&record).expect("decode"), event);
+    }
 }
 
 #[test]
 fn fingerprints_are_pinned() {
     let codec = AvroCodec::new();
-    assert_eq!(codec.schema_versions(), [1, 2, 3]);
+    assert_eq!(codec.schema_versions(), [1, 2, 3, 4]);
     for (version, hex) in PINNED {
         let bytes = codec.fingerprint_of(version).expect("known version");
         let got: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -296,7 +301,7 @@ fn fingerprints_are_pinned() {
             "schema version {version} changed: add a new version instead"
         );
     }
-    assert_eq!(codec.fingerprint_hex(), PINNED[2].1);
+    assert_eq!(codec.fingerprint_hex(), PINNED[3].1);
     // A record with the legacy header of version 2 is read as version 2.
     let event = common::event(common::MINIMAL[0]);
     let mut legacy = codec
@@ -321,7 +326,12 @@ fn fingerprints_are_pinned() {
 
 #[test]
 fn schemas_parse_and_cover_every_event_type() {
-    for (version, text) in [(1, SCHEMA_V1), (2, SCHEMA_V2), (3, SCHEMA_CURRENT)] {
+    for (version, text) in [
+        (1, SCHEMA_V1),
+        (2, SCHEMA_V2),
+        (3, SCHEMA_V3),
+        (4, SCHEMA_CURRENT),
+    ] {
         let schema = Schema::parse_str(text).expect("schema parses");
         let Schema::Record(event) = &schema else {
             panic!("v{version}: not a record")
@@ -343,14 +353,17 @@ fn schemas_parse_and_cover_every_event_type() {
                 other => panic!("v{version}: payload branch {other:?}"),
             })
             .collect();
-        let want: Vec<String> = EventType::ALL
+        let mut want: Vec<String> = EventType::ALL
             .iter()
             .filter(|t| version >= 3 || !ADDED_IN_V3.contains(t))
             .map(|t| format!("strata.payload.{}", t.as_str()))
             .collect();
+        if version >= 4 {
+            want.push("strata.payload.Sealed".into());
+        }
         assert_eq!(
             names, want,
-            "v{version}: one payload record per EventType::ALL entry"
+            "v{version}: one payload record per EventType::ALL entry (and Sealed from v4)"
         );
     }
 }
@@ -359,17 +372,39 @@ fn schemas_parse_and_cover_every_event_type() {
 fn each_version_reads_the_one_before_per_apache_avro_compatibility_check() {
     let v1 = Schema::parse_str(SCHEMA_V1).expect("v1");
     let v2 = Schema::parse_str(SCHEMA_V2).expect("v2");
-    let v3 = Schema::parse_str(SCHEMA_CURRENT).expect("v3");
+    let v3 = Schema::parse_str(SCHEMA_V3).expect("v3");
+    let v4 = Schema::parse_str(SCHEMA_CURRENT).expect("v4");
     SchemaCompatibility::can_read(&v1, &v2).expect("v2 can read v1 data");
     // Additions only: v1 readers can still read v2 data (they skip the new fields).
     SchemaCompatibility::can_read(&v2, &v1).expect("v1 can read v2 data");
     SchemaCompatibility::can_read(&v2, &v3).expect("v3 can read v2 data");
+    SchemaCompatibility::can_read(&v3, &v4).expect("v4 can read v3 data");
+}
+
+/// Version 4 is version 3 plus the `Sealed` payload record, nothing else.
+#[test]
+fn v4_differs_from_v3_only_by_the_sealed_record() {
+    let mut v4: Value = serde_json::from_str(SCHEMA_CURRENT).expect("v4 json");
+    let records = v4["fields"]
+        .as_array_mut()
+        .and_then(|fields| fields.iter_mut().find(|f| f["name"] == "payload"))
+        .and_then(|payload| payload["type"].as_array_mut())
+        .expect("payload union");
+    let i = records
+        .iter()
+        .position(|r| r["name"] == "Sealed")
+        .expect("Sealed in v4");
+    assert_eq!(i, records.len() - 1, "Sealed is the last branch");
+    records.remove(i);
+    let stripped = Schema::parse_str(&v4.to_string()).expect("stripped v4 parses");
+    let v3 = Schema::parse_str(SCHEMA_V3).expect("v3");
+    assert_eq!(stripped.canonical_form(), v3.canonical_form());
 }
 
 /// Version 3 is version 2 plus one payload record, nothing else.
 #[test]
 fn v3_differs_from_v2_only_by_the_added_record() {
-    let mut v3: Value = serde_json::from_str(SCHEMA_CURRENT).expect("v3 json");
+    let mut v3: Value = serde_json::from_str(SCHEMA_V3).expect("v3 json");
     let records = v3["fields"]
         .as_array_mut()
         .and_then(|fields| fields.iter_mut().find(|f| f["name"] == "payload"))

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use strata_codec::{AvroCodec, SCHEMA_CURRENT, SCHEMA_V1, SCHEMA_V2};
+use strata_codec::{AvroCodec, SCHEMA_CURRENT, SCHEMA_V1, SCHEMA_V2, SCHEMA_V3};
 
 const FINGERPRINT: &str = r#"
 import json, sys
@@ -25,7 +25,12 @@ fn every_schema_version_has_the_fingerprint_fastavro_computes() {
         return;
     };
     let codec = AvroCodec::new();
-    for (version, text) in [(1, SCHEMA_V1), (2, SCHEMA_V2), (3, SCHEMA_CURRENT)] {
+    for (version, text) in [
+        (1, SCHEMA_V1),
+        (2, SCHEMA_V2),
+        (3, SCHEMA_V3),
+        (4, SCHEMA_CURRENT),
+    ] {
         let mut child = Command::new(&python)
             .args(["-c", FINGERPRINT])
             .stdin(std::process::Stdio::piped())

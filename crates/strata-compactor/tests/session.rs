@@ -232,7 +232,7 @@ async fn a_stored_event_that_no_longer_parses_does_not_stop_compaction() {
     let record = strata_log::NewRecord {
         key: b"s".to_vec(),
         headers: vec![],
-        value: backends.codec.encode(&bad).unwrap(),
+        value: backends.codec.avro().encode(&bad).unwrap(),
         timestamp_ms: 0,
     };
     backends.log.append(vec![record]).await.unwrap();

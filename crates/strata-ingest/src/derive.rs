@@ -14,6 +14,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use strata_core::Event;
+use strata_keys::Unreadable;
 use strata_runtime::follow::{CountsByType, FollowStats};
 use strata_runtime::metrics::{LagReporter, DEAD_LETTERS};
 use strata_runtime::{Backends, Offsets};
@@ -27,6 +28,9 @@ use crate::{IngestError, IngestOptions, Ingestor, Publisher};
 pub enum DeriveError {
     #[error(transparent)]
     Log(#[from] strata_log::Error),
+    /// Sealed records cannot be opened now (the key store or the master key).
+    #[error(transparent)]
+    Keys(#[from] strata_keys::Error),
     /// Derived events could not be appended (nothing of the batch was committed).
     #[error("appending derived events failed: {0}")]
     Append(String),
@@ -106,13 +110,24 @@ pub async fn run_deriving(
                 .iter()
                 .filter(|r| !just_seeked.contains(&r.partition))
             {
-                if warm_until.get(&r.partition).is_some_and(|&w| r.offset < w) {
-                    if let Ok(event) = backends.codec.decode(&r.value) {
+                let warm = warm_until.get(&r.partition).is_some_and(|&w| r.offset < w);
+                let decoded = match backends.codec.decode(&r.value).await {
+                    Err(e) if e.unreadable() == Unreadable::Retry => return Err(e.into()),
+                    Err(e) if e.unreadable() == Unreadable::Forgotten => {
+                        if !warm {
+                            offsets.insert(r.partition, r.offset + 1);
+                        }
+                        continue;
+                    }
+                    decoded => decoded,
+                };
+                if warm {
+                    if let Ok(event) = decoded {
                         let _ = observer.derive(&event, true, &mut counts).await;
                     }
                     continue;
                 }
-                match backends.codec.decode(&r.value) {
+                match decoded {
                     Ok(event) => {
                         stats.events += 1;
                         *counts.entry(event.event_type().as_str()).or_default() += 1;

@@ -145,7 +145,8 @@ async fn relay_batch(
     // Decoded records, each with the record it came from.
     let mut pending: Vec<(&LogRecord, Value)> = Vec::with_capacity(records.len());
     for r in records {
-        match ingestor.backends().codec.decode(&r.value) {
+        // Direct producers write plain records; ingest seals them on the way to the log.
+        match ingestor.backends().codec.avro().decode(&r.value) {
             // Parsed again from JSON, so that it is validated exactly as an HTTP batch is.
             Ok(event) => pending.push((r, event.to_json())),
             Err(e) => {

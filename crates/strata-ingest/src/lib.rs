@@ -529,14 +529,25 @@ impl Ingestor {
             reserved.push((tenant.clone(), session.clone(), *old));
         }
         let mut records = Vec::with_capacity(fresh.len());
-        let fingerprint = b.codec.fingerprint_hex().into_bytes();
+        let fingerprint = b.codec.avro().fingerprint_hex().into_bytes();
+        let mut keys: HashMap<(&str, &str), Option<Arc<strata_codec::DataKey>>> = HashMap::new();
         for (slot, event) in &fresh {
-            let value = match b.codec.encode(event) {
+            let session = (event.tenant_id.as_str(), event.session_id.as_str());
+            let key = match keys.get(&session) {
+                Some(key) => Ok(key.clone()),
+                None => b.codec.sealing_key(session.0, session.1).await,
+            };
+            let encoded = key.and_then(|key| {
+                let encoded = b.codec.encode_with(event, key.as_deref());
+                keys.insert(session, key);
+                encoded
+            });
+            let value = match encoded {
                 Ok(v) => v,
                 Err(e) => {
                     self.release(&reserved, &heads).await;
                     return Err(match e {
-                        strata_codec::Error::TooLarge { bytes, max } => {
+                        strata_keys::Error::Codec(strata_codec::Error::TooLarge { bytes, max }) => {
                             IngestError::Invalid(vec![EventErrors {
                                 index: *slot,
                                 event_id: Some(event.event_id.clone()),

@@ -34,18 +34,35 @@ pub(crate) struct SessionTail {
 
 impl PartitionTail {
     fn add(&mut self, event: &Event, offset: u64) {
-        let by_session = match self.sessions.get_mut(event.tenant_id.as_str()) {
+        self.add_ids(
+            &event.tenant_id,
+            &event.session_id,
+            &event.event_id,
+            event.seq,
+            offset,
+        );
+    }
+
+    fn add_ids(
+        &mut self,
+        tenant_id: &str,
+        session_id: &str,
+        event_id: &str,
+        seq: Option<u64>,
+        offset: u64,
+    ) {
+        let by_session = match self.sessions.get_mut(tenant_id) {
             Some(m) => m,
-            None => self.sessions.entry(event.tenant_id.clone()).or_default(),
+            None => self.sessions.entry(tenant_id.to_owned()).or_default(),
         };
-        let s = match by_session.get_mut(event.session_id.as_str()) {
+        let s = match by_session.get_mut(session_id) {
             Some(s) => s,
-            None => by_session.entry(event.session_id.clone()).or_default(),
+            None => by_session.entry(session_id.to_owned()).or_default(),
         };
-        let seq = event.seq.unwrap_or(0);
+        let seq = seq.unwrap_or(0);
         s.seq = s.seq.max(seq);
         s.last_offset = s.last_offset.max(offset);
-        if s.ids.insert(event.event_id.clone(), seq).is_none() {
+        if s.ids.insert(event_id.to_owned(), seq).is_none() {
             self.ids += 1;
         }
     }
@@ -103,9 +120,16 @@ impl TailIndex {
             let Some(last) = records.last() else { break };
             from = last.offset + 1;
             for r in &records {
-                // Undecodable records are the projector's to set aside; they carry no seq.
-                if let Ok(event) = backends.codec.decode(&r.value) {
-                    tail.add(&event, r.offset);
+                // Undecodable records are the projector's to set aside; they carry no seq. A
+                // sealed record's envelope has all this needs: no key is asked for.
+                if let Ok(record) = backends.codec.avro().decode_record(&r.value) {
+                    tail.add_ids(
+                        record.tenant_id(),
+                        record.session_id(),
+                        record.event_id(),
+                        record.seq(),
+                        r.offset,
+                    );
                 }
             }
         }

@@ -105,7 +105,7 @@ async fn derived_on_log(backends: &Backends) -> Vec<String> {
             let Some(last) = records.last() else { break };
             from = last.offset + 1;
             for r in &records {
-                let e = backends.codec.decode(&r.value).expect("decode");
+                let e = backends.codec.decode(&r.value).await.expect("decode");
                 if e.event_id.starts_with("derived-") {
                     ids.push(e.event_id);
                 }

@@ -188,7 +188,13 @@ impl Harness {
                     .expect("read log");
                 assert!(!records.is_empty(), "partition {p} stops before its end");
                 for r in &records {
-                    out.push(self.backends.codec.decode(&r.value).expect("decode record"));
+                    out.push(
+                        self.backends
+                            .codec
+                            .decode(&r.value)
+                            .await
+                            .expect("decode record"),
+                    );
                     from = r.offset + 1;
                 }
             }

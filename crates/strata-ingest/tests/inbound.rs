@@ -56,7 +56,7 @@ fn record(backends: &Backends, value: Value) -> NewRecord {
     NewRecord {
         key: event.session_id.as_bytes().to_vec(),
         headers: vec![],
-        value: backends.codec.encode(&event).expect("encodes"),
+        value: backends.codec.avro().encode(&event).expect("encodes"),
         timestamp_ms: 0,
     }
 }
@@ -71,7 +71,7 @@ async fn on_log(log: &dyn EventLog, backends: &Backends) -> Vec<(String, u64)> {
             let Some(last) = records.last() else { break };
             from = last.offset + 1;
             for r in &records {
-                let e = backends.codec.decode(&r.value).unwrap();
+                let e = backends.codec.decode(&r.value).await.unwrap();
                 out.push((e.event_id, e.seq.unwrap()));
             }
         }

@@ -104,6 +104,7 @@ async fn log_contents(backends: &Backends) -> HashMap<String, Vec<u64>> {
                 let e = backends
                     .codec
                     .decode(&r.value)
+                    .await
                     .expect("every record decodes");
                 events
                     .entry(e.event_id)

@@ -26,6 +26,7 @@ use strata_core::projection::{
 use strata_core::tokens::O200k;
 use strata_core::Event;
 use strata_hot::ProjectedSession;
+use strata_keys::Unreadable;
 use strata_log::{LogConsumer, LogRecord};
 use strata_runtime::admin::WorkerHealth;
 use strata_runtime::Backends;
@@ -53,6 +54,9 @@ pub enum Error {
     Log(#[from] strata_log::Error),
     #[error(transparent)]
     Store(#[from] strata_store::Error),
+    /// Sealed records cannot be opened now (the key store or the master key).
+    #[error(transparent)]
+    Keys(#[from] strata_keys::Error),
     /// The projector group did not reach the end of the log in time.
     #[error(
         "the projections did not reach the end of the log within {waited_secs} s (consumer group \
@@ -219,8 +223,12 @@ impl Projector {
         for r in records {
             // Every record moves the offsets on, including one set aside below.
             offsets.insert(r.partition, r.offset + 1);
-            match b.codec.decode(&r.value) {
+            match b.codec.decode(&r.value).await {
                 Ok(event) => events.push((r.position(), event)),
+                // The keys cannot be had now: nothing of the batch is committed, it comes again.
+                Err(e) if e.unreadable() == Unreadable::Retry => return Err(e.into()),
+                // A forgotten session's record has no content to fold.
+                Err(e) if e.unreadable() == Unreadable::Forgotten => {}
                 Err(e) => {
                     // Never skipped silently: the record goes to the dead-letter queue, durably,
                     // before the transaction that moves the offset past it.
@@ -508,10 +516,11 @@ pub async fn bring_current(backends: &Backends, timeout: Duration) -> Result<()>
 }
 
 /// Decodes a record into an event (shared with other consumers).
-pub fn decode(backends: &Backends, r: &LogRecord) -> Result<Event> {
+pub async fn decode(backends: &Backends, r: &LogRecord) -> Result<Event> {
     backends
         .codec
         .decode(&r.value)
+        .await
         .map_err(|e| Error::Undecodable {
             partition: r.partition,
             offset: r.offset,

@@ -119,7 +119,9 @@ async fn log_contents(
             let Some(last) = records.last() else { break };
             from = last.offset + 1;
             for r in &records {
-                let e = strata_projector::decode(backends, r).expect("every record decodes");
+                let e = strata_projector::decode(backends, r)
+                    .await
+                    .expect("every record decodes");
                 *counts.entry(e.event_id.clone()).or_default() += 1;
                 events.insert(e.event_id, (e.session_id, e.seq.expect("a seq on the log")));
             }

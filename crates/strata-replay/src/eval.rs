@@ -65,6 +65,8 @@ pub struct EvalOptions {
     /// Keep the full record of the assembly at this call point (the response's event id) in
     /// [`EvalReport::assembly`].
     pub assembly_at: Option<String>,
+    /// Decodes the log's records (opening sealed ones with their keys).
+    pub codec: strata_keys::RecordCodec,
 }
 
 impl Default for EvalOptions {
@@ -81,6 +83,7 @@ impl Default for EvalOptions {
             keep_points: false,
             scratch_dir: None,
             assembly_at: None,
+            codec: strata_keys::RecordCodec::plain(),
         }
     }
 }
@@ -705,7 +708,7 @@ pub async fn eval(
     progress: Option<&mut (dyn FnMut(Progress) + Send)>,
 ) -> Result<EvalReport> {
     let mut ticker = Ticker::new(progress);
-    let collected = collect(source, &options.selection).await?;
+    let collected = collect(source, &options.selection, &options.codec).await?;
     let mut by_session = collected.by_session;
     let total_events: u64 = by_session.values().map(|v| v.len() as u64).sum();
     let total_sessions = collected.order.len() as u64;

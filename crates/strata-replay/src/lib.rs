@@ -42,6 +42,9 @@ pub enum Error {
     /// A projection store failed.
     #[error(transparent)]
     Store(#[from] strata_store::Error),
+    /// Sealed records cannot be opened (the key store or the master key).
+    #[error(transparent)]
+    Keys(#[from] strata_keys::Error),
     /// A direct database operation failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

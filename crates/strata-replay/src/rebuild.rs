@@ -64,6 +64,8 @@ pub struct RebuildOptions {
     /// The blob store holding the log's archive (`strata archive`): records the log no longer
     /// keeps (retention) are read from it.
     pub archive: Option<strata_blob::BlobStore>,
+    /// Decodes the log's records (opening sealed ones with their keys).
+    pub codec: strata_keys::RecordCodec,
 }
 
 impl Default for RebuildOptions {
@@ -79,6 +81,7 @@ impl Default for RebuildOptions {
             verify_timeout: Duration::from_secs(30),
             stop_after: None,
             archive: None,
+            codec: strata_keys::RecordCodec::plain(),
         }
     }
 }
@@ -510,7 +513,7 @@ async fn run(
     let start = store.offsets(&options.group).await?;
     let mut folder = Folder::new(&options.group, !start.is_empty(), options.fold_workers);
     let head = offsets_of(&log.end_offsets().await?);
-    let mut reader = LogReader::new(&start, &head);
+    let mut reader = LogReader::new(&start, &head, options.codec.clone());
     if let Some(blobs) = &options.archive {
         reader = reader.with_archive(blobs.clone());
     }

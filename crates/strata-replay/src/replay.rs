@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
+use strata_keys::RecordCodec;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -74,6 +75,8 @@ pub struct ReplayOptions {
     /// Where offloaded outputs are read back from, for the quality columns' history (without
     /// it, their previews stand in).
     pub blobs: Option<strata_blob::BlobStore>,
+    /// Decodes the log's records (opening sealed ones with their keys).
+    pub codec: RecordCodec,
 }
 
 /// Where the events come from.
@@ -190,7 +193,7 @@ pub async fn replay(
         order,
         mut by_session,
         scanned,
-    } = collect(source, &options.selection).await?;
+    } = collect(source, &options.selection, &options.codec).await?;
     let total_events: u64 = order.iter().map(|k| by_session[k].len() as u64).sum();
 
     let (_temp, scratch) = scratch_set(options.scratch_dir.as_ref()).await?;
@@ -309,7 +312,11 @@ pub(crate) struct Collected {
 
 /// Reads `source` and keeps the sessions `selection` matches (whole, when one of their events
 /// is in its time range).
-pub(crate) async fn collect(source: ReplaySource<'_>, selection: &Selection) -> Result<Collected> {
+pub(crate) async fn collect(
+    source: ReplaySource<'_>,
+    selection: &Selection,
+    codec: &RecordCodec,
+) -> Result<Collected> {
     let mut order: Vec<(String, String)> = Vec::new();
     let mut by_session: HashMap<(String, String), Vec<(LogPosition, Event)>> = HashMap::new();
     let mut in_range: BTreeSet<(String, String)> = BTreeSet::new();
@@ -333,7 +340,7 @@ pub(crate) async fn collect(source: ReplaySource<'_>, selection: &Selection) -> 
     match source {
         ReplaySource::Log(log) => {
             let head = offsets_of(&log.end_offsets().await?);
-            let mut reader = LogReader::new(&Default::default(), &head);
+            let mut reader = LogReader::new(&Default::default(), &head, codec.clone());
             while let Some(chunk) = reader.next_chunk(log).await? {
                 scanned += chunk.len() as u64;
                 for (pos, e) in chunk {

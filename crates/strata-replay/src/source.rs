@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use strata_codec::AvroCodec;
 use strata_core::projection::LogPosition;
 use strata_core::Event;
+use strata_keys::{RecordCodec, Unreadable};
 use strata_log::EventLog;
 use strata_store::Offsets;
 
@@ -20,16 +20,18 @@ pub(crate) const READ_CHUNK: usize = 4096;
 pub(crate) struct LogReader {
     next: Offsets,
     to: Offsets,
-    codec: AvroCodec,
+    codec: RecordCodec,
     /// Undecodable records passed over: the live consumers set them aside in the dead-letter
     /// queue and move on, so a rebuild or replay that matches them must skip them too.
     pub(crate) undecodable: u64,
+    /// Records of forgotten sessions passed over (their keys are destroyed).
+    pub(crate) forgotten: u64,
     /// Where records the log no longer keeps (retention) are read from, if anywhere.
     pub(crate) archive: Option<ArchiveReader>,
 }
 
 impl LogReader {
-    pub(crate) fn new(from: &Offsets, to: &Offsets) -> Self {
+    pub(crate) fn new(from: &Offsets, to: &Offsets, codec: RecordCodec) -> Self {
         let next = to
             .keys()
             .map(|p| (*p, from.get(p).copied().unwrap_or(0)))
@@ -37,8 +39,9 @@ impl LogReader {
         Self {
             next,
             to: to.clone(),
-            codec: AvroCodec::new(),
+            codec,
             undecodable: 0,
+            forgotten: 0,
             archive: None,
         }
     }
@@ -106,7 +109,10 @@ impl LogReader {
         let mut read_to = from;
         for r in records.into_iter().filter(|r| r.offset < end) {
             read_to = r.offset + 1;
-            match self.codec.decode(&r.value) {
+            match self.codec.decode(&r.value).await {
+                // Without the keys the rest cannot be read either: stop, nothing is half done.
+                Err(e) if e.unreadable() == Unreadable::Retry => return Err(e.into()),
+                Err(e) if e.unreadable() == Unreadable::Forgotten => self.forgotten += 1,
                 Ok(event) => out.push((
                     LogPosition {
                         partition: r.partition,

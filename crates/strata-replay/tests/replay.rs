@@ -28,6 +28,7 @@ async fn replay_reports_every_call_point_and_writes_nothing_live() {
             budget: Some(3000),
             scratch_dir: None,
             blobs: None,
+            ..ReplayOptions::default()
         },
         Some(&mut sink),
     )

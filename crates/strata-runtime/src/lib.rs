@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_blob::BlobStore;
-use strata_codec::AvroCodec;
 use strata_hot::HotState;
+use strata_keys::{KeyRing, MasterKey, RecordCodec};
 use strata_log::{EventLog, FileLogOptions, FsyncPolicy};
 use strata_store::ProjectionStore;
 
@@ -41,6 +41,8 @@ pub enum Error {
     Hot(#[from] strata_hot::Error),
     #[error(transparent)]
     Blob(#[from] strata_blob::Error),
+    #[error(transparent)]
+    Keys(#[from] strata_keys::Error),
     /// The data directory is locked by another process, or cannot be locked.
     #[error("{0}")]
     Locked(String),
@@ -62,6 +64,7 @@ impl Error {
             Error::Log(e) => e.is_transient(),
             Error::Store(e) => e.is_transient(),
             Error::Hot(e) => e.is_transient(),
+            Error::Keys(e) => e.is_transient(),
             // Opening a blob store does not contact it: what fails here is its URL or its local
             // directory (an unreachable S3 shows in `/readyz`, whose ping does contact it).
             Error::Blob(_) | Error::Locked(_) | Error::Io { .. } => false,
@@ -100,6 +103,28 @@ pub struct BackendOpts {
     /// Partitions of a new file log.
     #[arg(long, global = true, env = "STRATA_PARTITIONS", default_value_t = 8)]
     pub partitions: u32,
+    /// Seal every new event with its session's data key before it is appended (on) or append
+    /// events as they are (off). Sealed records are opened whatever the setting, as long as the
+    /// master key is there. See docs/design/forgetting.md.
+    #[arg(long, global = true, env = "STRATA_SEAL", default_value = "off")]
+    pub seal: SealMode,
+    /// Key store URL [default: the projection database when it is PostgreSQL (schema
+    /// strata_keys), else sqlite://DATA_DIR/keys.db].
+    #[arg(long = "keys", global = true, env = "STRATA_KEYS")]
+    pub keys_url: Option<String>,
+    /// The master key file (64 hex digits) that wraps the data keys; every service of a
+    /// deployment needs the same one [default: DATA_DIR/master.key, created on first use when
+    /// sealing is on].
+    #[arg(long, global = true, env = "STRATA_MASTER_KEY_FILE")]
+    pub master_key_file: Option<PathBuf>,
+}
+
+/// Whether new events are sealed on the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum SealMode {
+    On,
+    #[default]
+    Off,
 }
 
 impl Default for BackendOpts {
@@ -112,6 +137,9 @@ impl Default for BackendOpts {
             blob_url: None,
             fsync: FsyncPolicy::Always,
             partitions: 8,
+            seal: SealMode::Off,
+            keys_url: None,
+            master_key_file: None,
         }
     }
 }
@@ -165,6 +193,27 @@ impl BackendOpts {
             .unwrap_or_else(|| format!("file://{}", self.under("blobs")))
     }
 
+    /// The key store URL.
+    pub fn keys_url(&self) -> String {
+        if let Some(url) = &self.keys_url {
+            return url.clone();
+        }
+        let db = self.db_url();
+        if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+            db
+        } else {
+            format!("sqlite://{}", self.under("keys.db"))
+        }
+    }
+
+    /// The master key file, and whether it is the default one (which may be created).
+    pub fn master_key_path(&self) -> (PathBuf, bool) {
+        match &self.master_key_file {
+            Some(path) => (path.clone(), false),
+            None => (self.data_dir.join("master.key"), true),
+        }
+    }
+
     /// Whether any backend lives in the data directory (then one process owns it at a time).
     pub fn uses_data_dir(&self) -> bool {
         let embedded = |u: &str| u.starts_with("file://") || u.starts_with("sqlite://");
@@ -206,7 +255,8 @@ pub struct Backends {
     pub store: Arc<dyn ProjectionStore>,
     pub hot: Arc<dyn HotState>,
     pub blobs: BlobStore,
-    pub codec: AvroCodec,
+    /// Encodes events for the log (sealed when sealing is on) and decodes its records.
+    pub codec: RecordCodec,
     pub data_dir: PathBuf,
     _lock: Option<Arc<DataDirLock>>,
 }
@@ -280,12 +330,15 @@ impl Backends {
             return Ok(None);
         };
         let blobs = BlobStore::open(&opts.blob_url())?;
+        let Some(codec) = record_codec(opts, &mut retry).await? else {
+            return Ok(None);
+        };
         Ok(Some(Backends {
             log,
             store,
             hot,
             blobs,
-            codec: AvroCodec::new(),
+            codec,
             data_dir: opts.data_dir.clone(),
             _lock: lock,
         }))
@@ -295,6 +348,57 @@ impl Backends {
     pub fn data_path(&self, name: &str) -> PathBuf {
         self.data_dir.join(name)
     }
+}
+
+/// The codec of log records `opts` names, for a process that reads the log without the other
+/// backends (replay, eval): the key store is opened when the master key exists.
+pub async fn open_record_codec(opts: &BackendOpts) -> Result<RecordCodec, Error> {
+    let opened = record_codec(opts, &mut None).await?;
+    Ok(opened.expect("an open that does not retry is never stopped"))
+}
+
+/// The codec of log records: sealing with a key ring when sealing is on; opening with one
+/// whenever the master key exists (a log written with sealing on stays readable after it is
+/// turned off); plain otherwise.
+async fn record_codec(
+    opts: &BackendOpts,
+    retry: &mut Option<Retrying<'_>>,
+) -> Result<Option<RecordCodec>, Error> {
+    let (path, default_path) = opts.master_key_path();
+    let seal = opts.seal == SealMode::On;
+    let keys_url = opts.keys_url();
+    let master = match (seal, path.exists()) {
+        (false, false) => return Ok(Some(RecordCodec::plain())),
+        (true, false) if default_path && is_new_embedded_key_store(&keys_url) => {
+            MasterKey::load_or_create(&path)?
+        }
+        (true, false) => {
+            // Creating one now would wrap new keys with a master key the existing ones were
+            // not wrapped with: the old sealed records would stay unreadable.
+            return Err(Error::Keys(strata_keys::Error::MasterKey {
+                path,
+                what: "does not exist, and the key store is not new: restore the master key \
+                       the keys were wrapped with (or name it with --master-key-file)",
+            }));
+        }
+        (_, true) => MasterKey::load(&path)?,
+    };
+    let store = attempt(retry, "key store", &keys_url, || {
+        strata_keys::open(&keys_url)
+    });
+    let Some(store) = store.await? else {
+        return Ok(None);
+    };
+    let ring = Arc::new(KeyRing::new(store, master));
+    Ok(Some(RecordCodec::with_keys(ring, seal)))
+}
+
+/// Whether `keys_url` is an SQLite key store that does not exist yet (the embedded default on
+/// its first sealed run): only then may a master key be created.
+fn is_new_embedded_key_store(keys_url: &str) -> bool {
+    keys_url
+        .strip_prefix("sqlite://")
+        .is_some_and(|path| !Path::new(path).exists())
 }
 
 /// What [`Backends::open_with_retry`] reports on and stops at.
@@ -455,7 +559,7 @@ impl Backends {
             store,
             hot,
             blobs,
-            codec: AvroCodec::new(),
+            codec: RecordCodec::plain(),
             data_dir,
             _lock: None,
         }

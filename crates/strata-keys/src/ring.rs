@@ -1,0 +1,251 @@
+//! The key ring: data keys by subject, unwrapped once and cached; and the record codec that
+//! seals and opens log records with them.
+
+use std::sync::{Arc, Mutex};
+
+use hashlink::LruCache;
+use strata_codec::{AvroCodec, DataKey, Record, SealedEvent};
+use strata_core::Event;
+
+use crate::master::MasterKey;
+use crate::store::{KeyStore, StoredKey};
+use crate::{Error, Result};
+
+/// Unwrapped keys kept in memory: enough for every active session of a busy service.
+pub const DEFAULT_CACHED_KEYS: usize = 10_000;
+
+/// The subject name of a session's key.
+pub fn session_subject(session_id: &str) -> String {
+    format!("session:{session_id}")
+}
+
+/// Data keys by subject: created on first use, wrapped by the master key in the key store, and
+/// held unwrapped in a bounded cache.
+#[derive(Debug)]
+pub struct KeyRing {
+    store: Arc<dyn KeyStore>,
+    master: MasterKey,
+    cache: Mutex<LruCache<(String, String), Arc<DataKey>>>,
+}
+
+impl KeyRing {
+    pub fn new(store: Arc<dyn KeyStore>, master: MasterKey) -> KeyRing {
+        KeyRing {
+            store,
+            master,
+            cache: Mutex::new(LruCache::new(DEFAULT_CACHED_KEYS)),
+        }
+    }
+
+    /// The key store behind the ring.
+    pub fn store(&self) -> &Arc<dyn KeyStore> {
+        &self.store
+    }
+
+    /// The key that seals `session`'s new events, created when the session has none. Fails
+    /// with [`Error::Forgotten`] when the session's key was destroyed.
+    pub async fn sealing_key(&self, tenant_id: &str, session_id: &str) -> Result<Arc<DataKey>> {
+        let subject = session_subject(session_id);
+        if let Some(key) = self.cached(tenant_id, &subject) {
+            return Ok(key);
+        }
+        let stored = match self.store.get(tenant_id, &subject).await? {
+            Some(stored) => stored,
+            None => {
+                let fresh = DataKey::generate();
+                let candidate = StoredKey {
+                    tenant_id: tenant_id.to_owned(),
+                    subject: subject.clone(),
+                    key_id: fresh.id().to_owned(),
+                    wrapped: Some(self.master.wrap(&fresh, tenant_id, &subject)),
+                };
+                self.store.insert_if_absent(&candidate).await?
+            }
+        };
+        self.unwrapped(stored)?.ok_or_else(|| Error::Forgotten {
+            tenant_id: tenant_id.to_owned(),
+            session_id: session_id.to_owned(),
+        })
+    }
+
+    /// The key `key_id` of `session`: `None` when it was destroyed (the session was forgotten).
+    pub async fn opening_key(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        key_id: &str,
+    ) -> Result<Option<Arc<DataKey>>> {
+        let subject = session_subject(session_id);
+        if let Some(key) = self
+            .cached(tenant_id, &subject)
+            .filter(|k| k.id() == key_id)
+        {
+            return Ok(Some(key));
+        }
+        let missing = || Error::KeyMissing {
+            tenant_id: tenant_id.to_owned(),
+            session_id: session_id.to_owned(),
+            key_id: key_id.to_owned(),
+        };
+        let stored = self
+            .store
+            .get(tenant_id, &subject)
+            .await?
+            .ok_or_else(missing)?;
+        if stored.key_id != key_id {
+            return Err(missing());
+        }
+        self.unwrapped(stored)
+    }
+
+    /// Destroys `session`'s key: every sealed record of the session becomes unreadable, in
+    /// every copy of the log. Returns whether a live key was destroyed.
+    pub async fn destroy_session_key(&self, tenant_id: &str, session_id: &str) -> Result<bool> {
+        let subject = session_subject(session_id);
+        self.evict(tenant_id, &subject);
+        let destroyed = self.store.destroy(tenant_id, &subject).await?;
+        self.evict(tenant_id, &subject);
+        Ok(destroyed)
+    }
+
+    fn unwrapped(&self, stored: StoredKey) -> Result<Option<Arc<DataKey>>> {
+        let Some(wrapped) = &stored.wrapped else {
+            self.evict(&stored.tenant_id, &stored.subject);
+            return Ok(None);
+        };
+        let key = Arc::new(self.master.unwrap(
+            wrapped,
+            &stored.tenant_id,
+            &stored.subject,
+            &stored.key_id,
+        )?);
+        self.lock()
+            .insert((stored.tenant_id, stored.subject), Arc::clone(&key));
+        Ok(Some(key))
+    }
+
+    fn cached(&self, tenant_id: &str, subject: &str) -> Option<Arc<DataKey>> {
+        self.lock()
+            .get(&(tenant_id.to_owned(), subject.to_owned()))
+            .cloned()
+    }
+
+    fn evict(&self, tenant_id: &str, subject: &str) {
+        self.lock()
+            .remove(&(tenant_id.to_owned(), subject.to_owned()));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<(String, String), Arc<DataKey>>> {
+        // A panic while holding the lock cannot leave the cache inconsistent (each operation is
+        // one call on it): keep using it.
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Encodes events for the log and decodes log records: sealed with their session's key when
+/// sealing is on, opened with it whatever the setting (a log may hold both kinds).
+#[derive(Debug, Clone)]
+pub struct RecordCodec {
+    codec: AvroCodec,
+    keys: Option<Arc<KeyRing>>,
+    seal: bool,
+}
+
+impl Default for RecordCodec {
+    fn default() -> Self {
+        RecordCodec::plain()
+    }
+}
+
+impl RecordCodec {
+    /// Plain records only: a sealed record is an error ([`strata_codec::Error::Sealed`]).
+    pub fn plain() -> RecordCodec {
+        RecordCodec {
+            codec: AvroCodec::new(),
+            keys: None,
+            seal: false,
+        }
+    }
+
+    /// Opens sealed records with `keys`, and seals new ones when `seal` is set.
+    pub fn with_keys(keys: Arc<KeyRing>, seal: bool) -> RecordCodec {
+        RecordCodec {
+            codec: AvroCodec::new(),
+            keys: Some(keys),
+            seal,
+        }
+    }
+
+    /// The Avro codec underneath (fingerprints, schema versions, plain decoding).
+    pub fn avro(&self) -> &AvroCodec {
+        &self.codec
+    }
+
+    /// The key ring, when there is one.
+    pub fn keys(&self) -> Option<&Arc<KeyRing>> {
+        self.keys.as_ref()
+    }
+
+    /// Whether new events are sealed.
+    pub fn seals(&self) -> bool {
+        self.seal && self.keys.is_some()
+    }
+
+    /// The log record of `event`: sealed with its session's key when sealing is on.
+    pub async fn encode(&self, event: &Event) -> Result<Vec<u8>> {
+        let key = self
+            .sealing_key(&event.tenant_id, &event.session_id)
+            .await?;
+        self.encode_with(event, key.as_deref())
+    }
+
+    /// The key new events of `session` are sealed with; `None` when sealing is off. For a
+    /// batch, fetch it once per session and encode with [`RecordCodec::encode_with`].
+    pub async fn sealing_key(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<Option<Arc<DataKey>>> {
+        match &self.keys {
+            Some(keys) if self.seal => Ok(Some(keys.sealing_key(tenant_id, session_id).await?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The log record of `event`, sealed with `key` (from [`RecordCodec::sealing_key`]) or
+    /// plain when there is none.
+    pub fn encode_with(&self, event: &Event, key: Option<&DataKey>) -> Result<Vec<u8>> {
+        Ok(match key {
+            Some(key) => self.codec.encode_sealed(event, key)?,
+            None => self.codec.encode(event)?,
+        })
+    }
+
+    /// The event of a log record, opened with its session's key when sealed. A record whose
+    /// key was destroyed is [`Error::Forgotten`].
+    pub async fn decode(&self, bytes: &[u8]) -> Result<Event> {
+        match self.codec.decode_record(bytes)? {
+            Record::Plain(event) => Ok(event),
+            Record::Sealed(sealed) => self.open(&sealed).await,
+        }
+    }
+
+    async fn open(&self, sealed: &SealedEvent) -> Result<Event> {
+        let Some(keys) = &self.keys else {
+            return Err(strata_codec::Error::Sealed {
+                event_id: sealed.envelope.event_id.clone(),
+                key_id: sealed.key_id.clone(),
+            }
+            .into());
+        };
+        let envelope = &sealed.envelope;
+        let key = keys
+            .opening_key(&envelope.tenant_id, &envelope.session_id, &sealed.key_id)
+            .await?
+            .ok_or_else(|| Error::Forgotten {
+                tenant_id: envelope.tenant_id.clone(),
+                session_id: envelope.session_id.clone(),
+            })?;
+        Ok(self.codec.open(sealed, &key)?)
+    }
+}

@@ -1,0 +1,291 @@
+//! Where wrapped data keys live: the [`KeyStore`] port and its SQLite and PostgreSQL backends.
+//!
+//! Keys are not a projection: a rebuild never drops them (the embedded store is its own file,
+//! `keys.db`, beside the projection sets; on PostgreSQL they live in the `strata_keys` schema,
+//! outside the projection generations). Losing this store loses every sealed event: back it up
+//! with the database, and keep the master key apart from it.
+
+use async_trait::async_trait;
+use chrono::Utc;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::Row;
+
+use crate::{Error, Result};
+
+/// One subject's data key as stored: wrapped by the master key, or destroyed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredKey {
+    pub tenant_id: String,
+    /// What the key seals: `session:<id>` for a session's events.
+    pub subject: String,
+    pub key_id: String,
+    /// The key wrapped by the master key; `None` once destroyed.
+    pub wrapped: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for StoredKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredKey")
+            .field("tenant_id", &self.tenant_id)
+            .field("subject", &self.subject)
+            .field("key_id", &self.key_id)
+            .field("destroyed", &self.wrapped.is_none())
+            .finish()
+    }
+}
+
+/// Storage of wrapped data keys, one per `(tenant, subject)`.
+#[async_trait]
+pub trait KeyStore: Send + Sync + std::fmt::Debug {
+    /// Stores `key` unless the subject has one already, and returns the subject's key: the first
+    /// writer wins, so two services creating a session's key at once agree on it.
+    async fn insert_if_absent(&self, key: &StoredKey) -> Result<StoredKey>;
+
+    /// The subject's key, destroyed or not; `None` when it never had one.
+    async fn get(&self, tenant_id: &str, subject: &str) -> Result<Option<StoredKey>>;
+
+    /// Destroys the subject's key: the wrapped bytes are overwritten and the row kept as the
+    /// marker that the subject was forgotten. Returns whether a live key was destroyed.
+    async fn destroy(&self, tenant_id: &str, subject: &str) -> Result<bool>;
+}
+
+/// Opens the key store at `url`: `sqlite://PATH` or `postgres://…` (schema `strata_keys`).
+pub async fn open(url: &str) -> Result<std::sync::Arc<dyn KeyStore>> {
+    match url.split_once("://") {
+        Some(("sqlite", path)) => Ok(std::sync::Arc::new(SqliteKeyStore::open(path).await?)),
+        Some(("postgres" | "postgresql", _)) => {
+            Ok(std::sync::Arc::new(PgKeyStore::open(url).await?))
+        }
+        _ => Err(Error::UnsupportedUrl {
+            url: redact(url),
+            reason: "expected sqlite://PATH or postgres://HOST/DATABASE",
+        }),
+    }
+}
+
+/// A URL without its user information, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+fn row_to_key(
+    tenant_id: String,
+    subject: String,
+    key_id: String,
+    wrapped: Option<Vec<u8>>,
+) -> StoredKey {
+    StoredKey {
+        tenant_id,
+        subject,
+        key_id,
+        wrapped: wrapped.filter(|w| !w.is_empty()),
+    }
+}
+
+/// Keys in an SQLite file of their own (the embedded default: `DATA_DIR/keys.db`).
+#[derive(Debug)]
+pub struct SqliteKeyStore {
+    pool: SqlitePool,
+}
+
+impl SqliteKeyStore {
+    /// Opens (creating when needed) the key database at `path`.
+    pub async fn open(path: &str) -> Result<Self> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // A destroyed key's bytes are zeroed in the file, not only unlinked from the b-tree.
+            .pragma("secure_delete", "ON");
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(|e| Error::store("open", e))?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS data_keys (
+                tenant_id TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                key_id TEXT NOT NULL UNIQUE,
+                wrapped BLOB,
+                created_at TEXT NOT NULL,
+                destroyed_at TEXT,
+                PRIMARY KEY (tenant_id, subject)
+            )",
+        )
+        .execute(&pool)
+        .await
+        .map_err(|e| Error::store("create the data_keys table", e))?;
+        Ok(SqliteKeyStore { pool })
+    }
+}
+
+#[async_trait]
+impl KeyStore for SqliteKeyStore {
+    async fn insert_if_absent(&self, key: &StoredKey) -> Result<StoredKey> {
+        sqlx::query(
+            "INSERT INTO data_keys (tenant_id, subject, key_id, wrapped, created_at)
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant_id, subject) DO NOTHING",
+        )
+        .bind(&key.tenant_id)
+        .bind(&key.subject)
+        .bind(&key.key_id)
+        .bind(&key.wrapped)
+        .bind(Utc::now().to_rfc3339())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| Error::store("insert a data key", e))?;
+        self.get(&key.tenant_id, &key.subject)
+            .await?
+            .ok_or(Error::Vanished)
+    }
+
+    async fn get(&self, tenant_id: &str, subject: &str) -> Result<Option<StoredKey>> {
+        let row = sqlx::query(
+            "SELECT key_id, wrapped FROM data_keys WHERE tenant_id = ? AND subject = ?",
+        )
+        .bind(tenant_id)
+        .bind(subject)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| Error::store("read a data key", e))?;
+        Ok(row.map(|r| {
+            row_to_key(
+                tenant_id.to_owned(),
+                subject.to_owned(),
+                r.get("key_id"),
+                r.get("wrapped"),
+            )
+        }))
+    }
+
+    async fn destroy(&self, tenant_id: &str, subject: &str) -> Result<bool> {
+        // Overwrite in place first (same length, zeros), then clear: with secure_delete the
+        // freed page content is zeroed too.
+        let done = sqlx::query(
+            "UPDATE data_keys SET wrapped = zeroblob(length(wrapped)) WHERE tenant_id = ? AND subject = ? AND wrapped IS NOT NULL",
+        )
+        .bind(tenant_id)
+        .bind(subject)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| Error::store("destroy a data key", e))?;
+        sqlx::query(
+            "UPDATE data_keys SET wrapped = NULL, destroyed_at = COALESCE(destroyed_at, ?) WHERE tenant_id = ? AND subject = ?",
+        )
+        .bind(Utc::now().to_rfc3339())
+        .bind(tenant_id)
+        .bind(subject)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| Error::store("destroy a data key", e))?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+/// Keys in PostgreSQL, schema `strata_keys` (outside the projection generations).
+#[derive(Debug)]
+pub struct PgKeyStore {
+    pool: PgPool,
+}
+
+impl PgKeyStore {
+    /// Connects to `url` and creates the schema and table when needed.
+    pub async fn open(url: &str) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect(url)
+            .await
+            .map_err(|e| Error::store("connect", e))?;
+        let mut tx = pool.begin().await.map_err(|e| Error::store("begin", e))?;
+        // Services starting together would race on CREATE … IF NOT EXISTS (a unique violation in
+        // the catalog): one at a time.
+        sqlx::query("SELECT pg_advisory_xact_lock(7310580611)")
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Error::store("lock the key schema", e))?;
+        for statement in [
+            "CREATE SCHEMA IF NOT EXISTS strata_keys",
+            "CREATE TABLE IF NOT EXISTS strata_keys.data_keys (
+                tenant_id TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                key_id TEXT NOT NULL UNIQUE,
+                wrapped BYTEA,
+                created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                destroyed_at TIMESTAMPTZ,
+                PRIMARY KEY (tenant_id, subject)
+            )",
+        ] {
+            sqlx::query(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| Error::store("create the key schema", e))?;
+        }
+        tx.commit().await.map_err(|e| Error::store("commit", e))?;
+        Ok(PgKeyStore { pool })
+    }
+}
+
+#[async_trait]
+impl KeyStore for PgKeyStore {
+    async fn insert_if_absent(&self, key: &StoredKey) -> Result<StoredKey> {
+        sqlx::query(
+            "INSERT INTO strata_keys.data_keys (tenant_id, subject, key_id, wrapped)
+             VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, subject) DO NOTHING",
+        )
+        .bind(&key.tenant_id)
+        .bind(&key.subject)
+        .bind(&key.key_id)
+        .bind(&key.wrapped)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| Error::store("insert a data key", e))?;
+        self.get(&key.tenant_id, &key.subject)
+            .await?
+            .ok_or(Error::Vanished)
+    }
+
+    async fn get(&self, tenant_id: &str, subject: &str) -> Result<Option<StoredKey>> {
+        let row = sqlx::query(
+            "SELECT key_id, wrapped FROM strata_keys.data_keys WHERE tenant_id = $1 AND subject = $2",
+        )
+        .bind(tenant_id)
+        .bind(subject)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| Error::store("read a data key", e))?;
+        Ok(row.map(|r| {
+            row_to_key(
+                tenant_id.to_owned(),
+                subject.to_owned(),
+                r.get("key_id"),
+                r.get("wrapped"),
+            )
+        }))
+    }
+
+    async fn destroy(&self, tenant_id: &str, subject: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE strata_keys.data_keys SET wrapped = NULL, destroyed_at = COALESCE(destroyed_at, now())
+             WHERE tenant_id = $1 AND subject = $2 AND wrapped IS NOT NULL",
+        )
+        .bind(tenant_id)
+        .bind(subject)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| Error::store("destroy a data key", e))?;
+        // The old row version holds the wrapped bytes until a vacuum prunes it; they are useless
+        // without the master key, and this makes their life short.
+        if let Err(e) = sqlx::query("VACUUM strata_keys.data_keys")
+            .execute(&self.pool)
+            .await
+        {
+            tracing::warn!(error = %e, "could not vacuum strata_keys.data_keys after a destroy");
+        }
+        Ok(done.rows_affected() > 0)
+    }
+}
