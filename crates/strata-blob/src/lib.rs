@@ -276,6 +276,28 @@ impl BlobStore {
         Ok(Some(bytes))
     }
 
+    /// Deletes an artifact of `tenant` (forgetting: the caller checked that nothing else still
+    /// refers to it). Returns whether it was there.
+    pub async fn delete_artifact(&self, tenant: &str, sha256: &str) -> Result<bool> {
+        if sha256.len() != 64
+            || !sha256
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return Err(Error::InvalidId(sha256.to_owned()));
+        }
+        let path = Self::path(tenant, sha256);
+        match self.store.head(&path).await {
+            Ok(_) => {}
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(self.error("head", e)),
+        }
+        match self.store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
+            Err(e) => Err(self.error("delete", e)),
+        }
+    }
+
     /// Writes (or overwrites) an object at `path` (`/`-separated, e.g. `archive/p0/…`). For
     /// data that is not content-addressed: the log archive and its manifest.
     pub async fn put_object(&self, path: &str, bytes: Bytes) -> Result<()> {

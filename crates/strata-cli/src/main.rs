@@ -17,6 +17,7 @@ mod compact;
 mod demo;
 mod dev;
 mod eval;
+mod forget;
 mod import;
 mod jsonl;
 mod replay;
@@ -147,6 +148,10 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         assemblies: usize,
     },
+    /// Forget a session for real: its data key destroyed (every copy of its events on the log
+    /// unreadable), its projections, hot state and artifacts deleted, an audit entry written.
+    /// Needs a sealed log (--seal on from the session's first event).
+    Forget(forget::ForgetArgs),
     /// Compact a session's branch now; prints the record and its check.
     Compact {
         session: String,
@@ -592,6 +597,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             events,
             assemblies,
         } => bench::run(events, assemblies).await,
+        Command::Forget(args) => {
+            let backends = open_current(opts, wait, "strata forget").await?;
+            let tenant = match &args.session {
+                Some(session) => {
+                    Some(tenant_of(&backends, args.tenant.clone(), Owner::Session(session)).await?)
+                }
+                None => None,
+            };
+            forget::run(opts, &backends, tenant, &args).await
+        }
         Command::Compact {
             session,
             tenant,

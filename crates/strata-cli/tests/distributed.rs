@@ -324,6 +324,94 @@ fn fixture(tenant: &str) -> String {
     lines.join("\n") + "\n"
 }
 
+/// The words of the fixture's session, none of which may survive a forget.
+const MARKERS: [&str; 5] = [
+    "make the tests pass",
+    "now add a regression test",
+    "be exact",
+    "green CI",
+    "test x ... FAILED",
+];
+
+/// `strata forget` on the servers: afterwards no marker in a `pg_dump` of the database (every
+/// projection generation), in the tenant's Redis keys, or in its S3 artifact.
+fn forget_on_servers(
+    data_dir: &Path,
+    backends: &[(&str, String)],
+    tenant: &str,
+    db_url: &str,
+    redis: &str,
+) {
+    let dump = |what: &str| {
+        let out = Command::new("pg_dump")
+            .args(["--data-only", db_url])
+            .output()
+            .expect("run pg_dump");
+        assert!(
+            out.status.success(),
+            "pg_dump {what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        dump("before").contains("make the tests pass"),
+        "the dump holds the session"
+    );
+    let out = strata(
+        data_dir,
+        backends,
+        &["forget", "--session", "s1", "--tenant", tenant, "--json"],
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("forget --json is JSON");
+    assert_eq!(report[0]["key_destroyed"], true, "{report}");
+    assert_eq!(
+        report[0]["sets"], 1,
+        "the live generation (the rebuild above dropped the one before): {report}"
+    );
+    assert_eq!(report[0]["artifacts_deleted"], 1, "{report}");
+    let after = dump("after");
+    for marker in MARKERS {
+        assert!(!after.contains(marker), "pg_dump still holds {marker:?}");
+    }
+    let keys = Command::new("redis-cli")
+        .args(["-u", redis, "--scan", "--pattern", &format!("*{tenant}*")])
+        .output()
+        .expect("run redis-cli");
+    for key in String::from_utf8_lossy(&keys.stdout).lines() {
+        assert!(
+            !key.contains("proj:"),
+            "the projected state is still there: {key}"
+        );
+        let value = Command::new("redis-cli")
+            .args(["-u", redis, "--raw", "DUMP", key])
+            .output()
+            .expect("run redis-cli");
+        for marker in MARKERS {
+            assert!(
+                !value
+                    .stdout
+                    .windows(marker.len())
+                    .any(|w| w == marker.as_bytes()),
+                "redis key {key} holds {marker:?}"
+            );
+        }
+    }
+    let blob_url = backends
+        .iter()
+        .find(|(k, _)| *k == "STRATA_BLOB")
+        .map(|(_, v)| v.clone())
+        .expect("blob url");
+    let left = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async {
+            let blobs = strata_blob::BlobStore::open(&blob_url).expect("open blobs");
+            let large = strata_core::sha256_hex("test x ... FAILED\n".repeat(900).as_bytes());
+            blobs.get_artifact(tenant, &large).await.expect("get")
+        });
+    assert!(left.is_none(), "the session's artifact is still in S3");
+}
+
 /// Every record of the log at `url`, from offset 0, as its bytes.
 fn raw_topic(url: &str) -> Vec<Vec<u8>> {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -430,6 +518,9 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
             compaction_over_http(data_dir, &backends, &tenant);
         }
         contexts.push(v);
+        if services.is_some() {
+            forget_on_servers(data_dir, &backends, &tenant, &db_url, &redis);
+        }
         drop(services);
     }
     assert_eq!(
@@ -469,13 +560,7 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
             ),
             "a plain record on a sealed log"
         );
-        for marker in [
-            "make the tests pass",
-            "now add a regression test",
-            "be exact",
-            "green CI",
-            "test x ... FAILED",
-        ] {
+        for marker in MARKERS {
             assert!(
                 !record.windows(marker.len()).any(|w| w == marker.as_bytes()),
                 "the topic holds {marker:?}"

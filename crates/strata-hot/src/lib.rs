@@ -194,6 +194,10 @@ pub trait HotState: Debug + Send + Sync + 'static {
     /// What the projector last published for a session (`None`: unknown here, or expired).
     async fn projected(&self, tenant: &str, session: &str) -> Result<Option<ProjectedSession>>;
 
+    /// Removes what the hot state holds of a session's content (its projected state), for a
+    /// forget. Its log head stays: a forgotten session's seqs are never handed out again.
+    async fn forget_session(&self, tenant: &str, session: &str) -> Result<()>;
+
     /// Checks that the backend is reachable.
     async fn ping(&self) -> Result<()>;
 }
@@ -360,6 +364,11 @@ impl HotState for MemoryHotState {
             .await
             .get(&key(tenant, session))
             .cloned())
+    }
+
+    async fn forget_session(&self, tenant: &str, session: &str) -> Result<()> {
+        self.projected.write().await.remove(&key(tenant, session));
+        Ok(())
     }
 
     async fn ping(&self) -> Result<()> {

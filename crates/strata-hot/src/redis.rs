@@ -418,6 +418,14 @@ impl HotState for RedisHotState {
         .transpose()
     }
 
+    async fn forget_session(&self, tenant: &str, session: &str) -> Result<()> {
+        redis::cmd("DEL")
+            .arg(Self::projected_key(tenant, session))
+            .exec_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| failed("forget_session", e))
+    }
+
     async fn ping(&self) -> Result<()> {
         let reply: String = redis::cmd("PING")
             .query_async(&mut self.conn.clone())

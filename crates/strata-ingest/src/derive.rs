@@ -187,11 +187,21 @@ async fn append_derived(
     mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> Result<bool, DeriveError> {
     let mut wait = APPEND_RETRY.0;
+    let mut events = events;
     loop {
+        if events.is_empty() {
+            return Ok(true);
+        }
         let error = match ingestor.ingest(&Publisher::Operator, events.clone()).await {
             Ok(_) => return Ok(true),
             Err(e) => e,
         };
+        // Derived from a session forgotten meanwhile: there is nothing to derive for it.
+        if let IngestError::Forgotten { session_id, .. } = &error {
+            tracing::info!(session = %session_id, "dropping events derived for a forgotten session");
+            events.retain(|(e, _)| &e.session_id != session_id);
+            continue;
+        }
         let passing = matches!(
             error,
             IngestError::Backend(_)

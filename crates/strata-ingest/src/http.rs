@@ -119,6 +119,9 @@ pub fn to_api_error(e: IngestError) -> ApiError {
             ApiError::forbidden(e.to_string())
         }
         e @ IngestError::Conflict { .. } => ApiError::conflict(e.to_string()),
+        e @ IngestError::Forgotten { .. } => {
+            ApiError::new(axum::http::StatusCode::CONFLICT, "forgotten", e.to_string())
+        }
         IngestError::Backend(cause) => {
             let mut err = ApiError::internal(&cause);
             err.status = axum::http::StatusCode::SERVICE_UNAVAILABLE;

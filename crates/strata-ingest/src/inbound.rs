@@ -180,9 +180,9 @@ async fn relay_batch(
                     (e.index, format!("invalid event: {}", problems.join("; ")))
                 })
                 .collect(),
-            IngestError::WrongTenant { index, .. } | IngestError::ServiceOnly { index, .. } => {
-                vec![(*index, refused.to_string())]
-            }
+            IngestError::WrongTenant { index, .. }
+            | IngestError::ServiceOnly { index, .. }
+            | IngestError::Forgotten { index, .. } => vec![(*index, refused.to_string())],
             // A `seq` the producer set that is not the session's next: never right later.
             IngestError::Conflict {
                 index, event_id, ..

@@ -105,6 +105,16 @@ pub enum IngestError {
         head: u64,
         what: String,
     },
+    /// The event's session was forgotten (`strata forget`): its id is never taken again.
+    #[error(
+        "event {index} ({event_id}): session {session_id} was forgotten and its id cannot be \
+         used again; start a new session"
+    )]
+    Forgotten {
+        index: usize,
+        event_id: String,
+        session_id: String,
+    },
     /// The tenant has as many events in flight as its share allows; nothing of the batch was
     /// acknowledged. Retrying once its batches in flight are done succeeds.
     #[error(
@@ -560,6 +570,13 @@ impl Ingestor {
                                     ),
                                 )],
                             }])
+                        }
+                        strata_keys::Error::Forgotten { session_id, .. } => {
+                            IngestError::Forgotten {
+                                index: *slot,
+                                event_id: event.event_id.clone(),
+                                session_id,
+                            }
                         }
                         e => backend(&e),
                     });

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 pub use master::MasterKey;
 pub use ring::{session_subject, KeyRing, RecordCodec, DEFAULT_CACHED_KEYS};
-pub use store::{open, KeyStore, PgKeyStore, SqliteKeyStore, StoredKey};
+pub use store::{open, ForgetEntry, KeyStore, PgKeyStore, SqliteKeyStore, StoredKey};
 pub use strata_codec::AvroCodec;
 
 /// Everything that can go wrong with data keys.

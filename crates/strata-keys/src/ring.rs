@@ -98,6 +98,19 @@ impl KeyRing {
         self.unwrapped(stored)
     }
 
+    /// Whether `session`'s key was destroyed (the session was forgotten).
+    pub async fn is_forgotten(&self, tenant_id: &str, session_id: &str) -> Result<bool> {
+        let subject = session_subject(session_id);
+        if self.cached(tenant_id, &subject).is_some() {
+            return Ok(false);
+        }
+        Ok(self
+            .store
+            .get(tenant_id, &subject)
+            .await?
+            .is_some_and(|k| k.wrapped.is_none()))
+    }
+
     /// Destroys `session`'s key: every sealed record of the session becomes unreadable, in
     /// every copy of the log. Returns whether a live key was destroyed.
     pub async fn destroy_session_key(&self, tenant_id: &str, session_id: &str) -> Result<bool> {
@@ -199,8 +212,8 @@ impl RecordCodec {
         self.encode_with(event, key.as_deref())
     }
 
-    /// The key new events of `session` are sealed with; `None` when sealing is off. For a
-    /// batch, fetch it once per session and encode with [`RecordCodec::encode_with`].
+    /// The key new events of `session` are sealed with; `None` when sealing is off.
+    /// [`Error::Forgotten`] when the session was forgotten, sealing or not. For a batch, fetch it once per session and encode with [`RecordCodec::encode_with`].
     pub async fn sealing_key(
         &self,
         tenant_id: &str,
@@ -208,6 +221,13 @@ impl RecordCodec {
     ) -> Result<Option<Arc<DataKey>>> {
         match &self.keys {
             Some(keys) if self.seal => Ok(Some(keys.sealing_key(tenant_id, session_id).await?)),
+            // Not sealing new events, but a forgotten session's id stays refused.
+            Some(keys) if keys.is_forgotten(tenant_id, session_id).await? => {
+                Err(Error::Forgotten {
+                    tenant_id: tenant_id.to_owned(),
+                    session_id: session_id.to_owned(),
+                })
+            }
             _ => Ok(None),
         }
     }

@@ -35,6 +35,23 @@ impl std::fmt::Debug for StoredKey {
     }
 }
 
+/// One forget, as the audit trail keeps it: who asked, when, what went. The subject is kept as
+/// a hash; its id in the clear only while the forget is pending (to resume it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ForgetEntry {
+    pub forget_id: String,
+    pub tenant_id: String,
+    /// SHA-256 of `tenant \0 subject`, hex.
+    pub subject_hash: String,
+    /// The session's id while the forget is pending; `None` once done.
+    pub session_id: Option<String>,
+    pub requested_by: String,
+    pub requested_at: String,
+    pub completed_at: Option<String>,
+    /// What was removed, as JSON (counts only, never content).
+    pub report: Option<String>,
+}
+
 /// Storage of wrapped data keys, one per `(tenant, subject)`.
 #[async_trait]
 pub trait KeyStore: Send + Sync + std::fmt::Debug {
@@ -48,6 +65,57 @@ pub trait KeyStore: Send + Sync + std::fmt::Debug {
     /// Destroys the subject's key: the wrapped bytes are overwritten and the row kept as the
     /// marker that the subject was forgotten. Returns whether a live key was destroyed.
     async fn destroy(&self, tenant_id: &str, subject: &str) -> Result<bool>;
+
+    /// Writes a forget's audit entry (inserted, or updated by `forget_id`).
+    async fn record_forget(&self, entry: &ForgetEntry) -> Result<()>;
+
+    /// The audit trail, oldest first; only the pending forgets when `pending_only`.
+    async fn forgets(&self, pending_only: bool) -> Result<Vec<ForgetEntry>>;
+}
+
+const AUDIT_COLUMNS: &str =
+    "forget_id, tenant_id, subject_hash, session_id, requested_by, requested_at, completed_at, report";
+
+fn audit_row<R: Row>(r: &R) -> ForgetEntry
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    ForgetEntry {
+        forget_id: r.get("forget_id"),
+        tenant_id: r.get("tenant_id"),
+        subject_hash: r.get("subject_hash"),
+        session_id: r.get("session_id"),
+        requested_by: r.get("requested_by"),
+        requested_at: r.get("requested_at"),
+        completed_at: r.get("completed_at"),
+        report: r.get("report"),
+    }
+}
+
+fn audit_table(schema: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {schema}forget_audit (
+            forget_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL,
+            subject_hash TEXT NOT NULL,
+            session_id TEXT,
+            requested_by TEXT NOT NULL,
+            requested_at TEXT NOT NULL,
+            completed_at TEXT,
+            report TEXT
+        )"
+    )
+}
+
+fn upsert_audit(schema: &str, placeholders: [&str; 8]) -> String {
+    let [a, b, c, d, e, f, g, h] = placeholders;
+    format!(
+        "INSERT INTO {schema}forget_audit ({AUDIT_COLUMNS}) VALUES ({a}, {b}, {c}, {d}, {e}, {f}, {g}, {h})
+         ON CONFLICT (forget_id) DO UPDATE SET session_id = excluded.session_id,
+             completed_at = excluded.completed_at, report = excluded.report"
+    )
 }
 
 /// Opens the key store at `url`: `sqlite://PATH` or `postgres://…` (schema `strata_keys`).
@@ -120,6 +188,10 @@ impl SqliteKeyStore {
         .execute(&pool)
         .await
         .map_err(|e| Error::store("create the data_keys table", e))?;
+        sqlx::query(&audit_table(""))
+            .execute(&pool)
+            .await
+            .map_err(|e| Error::store("create the forget_audit table", e))?;
         Ok(SqliteKeyStore { pool })
     }
 }
@@ -183,8 +255,55 @@ impl KeyStore for SqliteKeyStore {
         .execute(&self.pool)
         .await
         .map_err(|e| Error::store("destroy a data key", e))?;
+        // The WAL still holds the page as it was: fold it into the file and truncate it.
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::store("checkpoint after a destroy", e))?;
         Ok(done.rows_affected() > 0)
     }
+
+    async fn record_forget(&self, entry: &ForgetEntry) -> Result<()> {
+        bind_audit(sqlx::query(&upsert_audit("", ["?"; 8])), entry)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::store("write the forget audit", e))?;
+        Ok(())
+    }
+
+    async fn forgets(&self, pending_only: bool) -> Result<Vec<ForgetEntry>> {
+        let filter = if pending_only {
+            "WHERE completed_at IS NULL"
+        } else {
+            ""
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT {AUDIT_COLUMNS} FROM forget_audit {filter} ORDER BY requested_at, forget_id"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| Error::store("read the forget audit", e))?;
+        Ok(rows.iter().map(audit_row).collect())
+    }
+}
+
+fn bind_audit<'q, DB: sqlx::Database>(
+    query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
+    entry: &'q ForgetEntry,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+where
+    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<String>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    query
+        .bind(entry.forget_id.clone())
+        .bind(entry.tenant_id.clone())
+        .bind(entry.subject_hash.clone())
+        .bind(entry.session_id.clone())
+        .bind(entry.requested_by.clone())
+        .bind(entry.requested_at.clone())
+        .bind(entry.completed_at.clone())
+        .bind(entry.report.clone())
 }
 
 /// Keys in PostgreSQL, schema `strata_keys` (outside the projection generations).
@@ -219,6 +338,7 @@ impl PgKeyStore {
                 destroyed_at TIMESTAMPTZ,
                 PRIMARY KEY (tenant_id, subject)
             )",
+            &audit_table("strata_keys."),
         ] {
             sqlx::query(statement)
                 .execute(&mut *tx)
@@ -287,5 +407,32 @@ impl KeyStore for PgKeyStore {
             tracing::warn!(error = %e, "could not vacuum strata_keys.data_keys after a destroy");
         }
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn record_forget(&self, entry: &ForgetEntry) -> Result<()> {
+        let placeholders = ["$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8"];
+        bind_audit(
+            sqlx::query(&upsert_audit("strata_keys.", placeholders)),
+            entry,
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(|e| Error::store("write the forget audit", e))?;
+        Ok(())
+    }
+
+    async fn forgets(&self, pending_only: bool) -> Result<Vec<ForgetEntry>> {
+        let filter = if pending_only {
+            "WHERE completed_at IS NULL"
+        } else {
+            ""
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT {AUDIT_COLUMNS} FROM strata_keys.forget_audit {filter} ORDER BY requested_at, forget_id"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| Error::store("read the forget audit", e))?;
+        Ok(rows.iter().map(audit_row).collect())
     }
 }

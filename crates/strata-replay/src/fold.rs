@@ -395,6 +395,14 @@ impl Folder {
         self.shards[s].as_ref()?.folds.get(key)
     }
 
+    /// Moves the offsets the next batch commits past records read but not folded (passed over
+    /// as undecodable or forgotten): without it a partition holding only those would never
+    /// reach the live set's offsets.
+    pub(crate) fn advance(&mut self, partition: u32, next_offset: u64) {
+        let at = self.offsets.entry(partition).or_insert(next_offset);
+        *at = (*at).max(next_offset);
+    }
+
     /// The batch of everything folded since the last call; `None` when there is nothing.
     pub(crate) fn take_batch(&mut self) -> Option<ProjectionBatch> {
         if self.pending == 0 && self.offsets.is_empty() {

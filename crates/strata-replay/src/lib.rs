@@ -20,6 +20,7 @@ use std::path::PathBuf;
 pub mod archive;
 pub mod eval;
 mod fold;
+pub mod forget;
 pub mod rebuild;
 pub mod replay;
 mod source;
@@ -45,6 +46,12 @@ pub enum Error {
     /// Sealed records cannot be opened (the key store or the master key).
     #[error(transparent)]
     Keys(#[from] strata_keys::Error),
+    /// The hot state failed.
+    #[error(transparent)]
+    Hot(#[from] strata_hot::Error),
+    /// The blob store failed.
+    #[error(transparent)]
+    Blob(#[from] strata_blob::Error),
     /// A direct database operation failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

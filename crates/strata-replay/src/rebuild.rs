@@ -484,6 +484,9 @@ async fn fold_up_to(
     let mut touched = BTreeSet::new();
     reader.extend_to(to);
     while let Some(chunk) = reader.next_chunk(log).await? {
+        if let Some((partition, next)) = reader.take_read_to() {
+            folder.advance(partition, next);
+        }
         let events = chunk.len() as u64;
         touched.extend(
             chunk
@@ -549,6 +552,10 @@ async fn run(
         let (mut next, secs) = timed(reader.next_chunk(log)).await;
         report.read_secs += secs;
         while let Some(chunk) = next? {
+            // Before the read ahead below replaces it: where the chunk in hand ends.
+            if let Some((partition, next)) = reader.take_read_to() {
+                folder.advance(partition, next);
+            }
             let events = chunk.len() as u64;
             // A fork may need its session's history from the store: the batch in flight first.
             if chunk
@@ -621,6 +628,12 @@ async fn run(
             continue;
         }
         if live_offsets != ours {
+            if Instant::now() > deadline {
+                return Err(Error::VerificationFailed(format!(
+                    "the rebuilt set does not reach the live set's offsets (live \
+                     {live_offsets:?}, rebuilt {ours:?})"
+                )));
+            }
             fold_up_to(
                 &mut folder,
                 &mut reader,

@@ -28,6 +28,9 @@ pub(crate) struct LogReader {
     pub(crate) forgotten: u64,
     /// Where records the log no longer keeps (retention) are read from, if anywhere.
     pub(crate) archive: Option<ArchiveReader>,
+    /// The partition and next offset of the chunk last returned: records passed over at its end
+    /// (undecodable, forgotten) are read too, and a rebuild's offsets must move past them.
+    read_to: Option<(u32, u64)>,
 }
 
 impl LogReader {
@@ -43,6 +46,7 @@ impl LogReader {
             undecodable: 0,
             forgotten: 0,
             archive: None,
+            read_to: None,
         }
     }
 
@@ -55,6 +59,12 @@ impl LogReader {
     /// Records read from the archive so far.
     pub(crate) fn archived(&self) -> u64 {
         self.archive.as_ref().map_or(0, |a| a.records)
+    }
+
+    /// Where the chunk last returned ends (partition, next offset); taken once. Call it before
+    /// reading ahead: the next read replaces it.
+    pub(crate) fn take_read_to(&mut self) -> Option<(u32, u64)> {
+        self.read_to.take()
     }
 
     /// Records left to read.
@@ -127,8 +137,9 @@ impl LogReader {
                 }
             }
         }
-        self.next
-            .insert(p, if read_to > from { read_to } else { end });
+        let next = if read_to > from { read_to } else { end };
+        self.next.insert(p, next);
+        self.read_to = Some((p, next));
         Ok(Some(out))
     }
 }

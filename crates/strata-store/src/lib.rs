@@ -200,6 +200,30 @@ pub struct BranchHead {
     pub last_event_at: String,
 }
 
+/// The tables of a projection set that hold a session's rows (all keyed by tenant and session).
+pub const SESSION_TABLES: [&str; 10] = [
+    "events",
+    "messages",
+    "tool_calls",
+    "artifacts",
+    "memories",
+    "compactions",
+    "assemblies",
+    "branches",
+    "session_folds",
+    "sessions",
+];
+
+/// What [`ProjectionStore::forget_session`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SessionForgotten {
+    /// Rows removed, by table.
+    pub rows: BTreeMap<String, u64>,
+    /// Artifacts (SHA-256) the session referred to that no other session of the tenant refers
+    /// to any more: their blobs can go.
+    pub orphaned_artifacts: Vec<String>,
+}
+
 /// The projections.
 #[async_trait]
 pub trait ProjectionStore: Debug + Send + Sync + 'static {
@@ -372,6 +396,14 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
 
     /// Tenants with projected sessions, in byte order.
     async fn tenants(&self) -> Result<Vec<String>>;
+
+    /// Where each projected event of a session is on the log (partition, offset), in seq order.
+    async fn session_log_positions(&self, tenant: &str, session: &str) -> Result<Vec<(u32, u64)>>;
+
+    /// Deletes every row of a session, in one transaction (readers see all of it or none), and
+    /// leaves no copy of the deleted content in the store's files (SQLite: vacuumed and its WAL
+    /// truncated; PostgreSQL: the tables vacuumed).
+    async fn forget_session(&self, tenant: &str, session: &str) -> Result<SessionForgotten>;
 
     /// Checks that the backend is reachable.
     async fn ping(&self) -> Result<()>;

@@ -31,7 +31,7 @@ use strata_core::projection::{Change, SessionFold, ToolCallRow, ToolResultRow, T
 use crate::common::{self, Dialect};
 use crate::{
     ApiKeyInfo, BranchHead, Error, Offsets, ProjectionBatch, ProjectionStore, Result,
-    SessionSummary,
+    SessionForgotten, SessionSummary,
 };
 
 /// Pool size when the URL has no `max_connections` parameter.
@@ -1008,6 +1008,69 @@ impl ProjectionStore for PgStore {
             out.insert((*table).to_owned(), common::fingerprint_table(lines));
         }
         Ok(out)
+    }
+
+    async fn session_log_positions(&self, tenant: &str, session: &str) -> Result<Vec<(u32, u64)>> {
+        let rows: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT log_partition, log_offset FROM events WHERE tenant_id = $1 AND session_id = $2 ORDER BY seq",
+        )
+        .bind(tenant)
+        .bind(session)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(p, o)| {
+                (
+                    u32::try_from(p).unwrap_or(u32::MAX),
+                    u64::try_from(o).unwrap_or(0),
+                )
+            })
+            .collect())
+    }
+
+    async fn forget_session(&self, tenant: &str, session: &str) -> Result<SessionForgotten> {
+        let mut tx = self.pool.begin().await?;
+        let referred: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT sha256 FROM artifacts WHERE tenant_id = $1 AND session_id = $2",
+        )
+        .bind(tenant)
+        .bind(session)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut forgotten = SessionForgotten::default();
+        for table in crate::SESSION_TABLES {
+            let done = sqlx::query(&format!(
+                "DELETE FROM {table} WHERE tenant_id = $1 AND session_id = $2"
+            ))
+            .bind(tenant)
+            .bind(session)
+            .execute(&mut *tx)
+            .await?;
+            forgotten
+                .rows
+                .insert(table.to_owned(), done.rows_affected());
+        }
+        for sha256 in referred {
+            let still: Option<i64> = sqlx::query_scalar(
+                "SELECT 1 FROM artifacts WHERE tenant_id = $1 AND sha256 = $2 LIMIT 1",
+            )
+            .bind(tenant)
+            .bind(&sha256)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if still.is_none() {
+                forgotten.orphaned_artifacts.push(sha256);
+            }
+        }
+        tx.commit().await?;
+        // Dead row versions keep the content until a vacuum prunes them.
+        for table in crate::SESSION_TABLES {
+            sqlx::query(&format!("VACUUM {table}"))
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(forgotten)
     }
 
     async fn ping(&self) -> Result<()> {

@@ -19,7 +19,7 @@ use strata_core::projection::{Change, SessionFold, ToolCallRow, ToolResultRow, T
 use crate::common::{self, Dialect, INSERT_CHUNK};
 use crate::{
     ApiKeyInfo, BranchHead, Error, Offsets, ProjectionBatch, ProjectionStore, Result,
-    SessionSummary,
+    SessionForgotten, SessionSummary,
 };
 
 const DIALECT: Dialect = Dialect {
@@ -892,6 +892,69 @@ impl ProjectionStore for SqliteStore {
                 .fetch_all(&self.pool)
                 .await?,
         )
+    }
+
+    async fn session_log_positions(&self, tenant: &str, session: &str) -> Result<Vec<(u32, u64)>> {
+        let rows: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT log_partition, log_offset FROM events WHERE tenant_id = ? AND session_id = ? ORDER BY seq",
+        )
+        .bind(tenant)
+        .bind(session)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(p, o)| {
+                (
+                    u32::try_from(p).unwrap_or(u32::MAX),
+                    u64::try_from(o).unwrap_or(0),
+                )
+            })
+            .collect())
+    }
+
+    async fn forget_session(&self, tenant: &str, session: &str) -> Result<SessionForgotten> {
+        let mut tx = self.pool.begin().await?;
+        let referred: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT sha256 FROM artifacts WHERE tenant_id = ? AND session_id = ?",
+        )
+        .bind(tenant)
+        .bind(session)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut forgotten = SessionForgotten::default();
+        for table in crate::SESSION_TABLES {
+            let done = sqlx::query(&format!(
+                "DELETE FROM {table} WHERE tenant_id = ? AND session_id = ?"
+            ))
+            .bind(tenant)
+            .bind(session)
+            .execute(&mut *tx)
+            .await?;
+            forgotten
+                .rows
+                .insert(table.to_owned(), done.rows_affected());
+        }
+        for sha256 in referred {
+            let still: Option<i64> = sqlx::query_scalar(
+                "SELECT 1 FROM artifacts WHERE tenant_id = ? AND sha256 = ? LIMIT 1",
+            )
+            .bind(tenant)
+            .bind(&sha256)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if still.is_none() {
+                forgotten.orphaned_artifacts.push(sha256);
+            }
+        }
+        tx.commit().await?;
+        // Deleted rows leave their bytes in free pages and in the WAL: rewrite the file and
+        // truncate the WAL so no copy of the content is left on disk.
+        sqlx::query("VACUUM").execute(&self.pool).await?;
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.pool)
+            .await?;
+        Ok(forgotten)
     }
 
     async fn ping(&self) -> Result<()> {

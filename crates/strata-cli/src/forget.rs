@@ -1,0 +1,134 @@
+//! `strata forget`: a session's content made unrecoverable from every store (its data key
+//! destroyed, its derived copies deleted), with an audit entry; `--resume` and `--audit`.
+
+use std::sync::Arc;
+
+use strata_replay::forget::{self, ForgetReport};
+use strata_runtime::{BackendOpts, Backends};
+use strata_store::ProjectionStore;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ForgetArgs {
+    /// The session to forget (its subagents' sessions are their own: forget them too).
+    #[arg(long, required_unless_present_any = ["resume", "audit"])]
+    pub(crate) session: Option<String>,
+    /// Tenant of the session [default: on the embedded default, the only tenant that has the
+    /// session; else dev].
+    #[arg(long)]
+    pub(crate) tenant: Option<String>,
+    /// Who asks, for the audit trail [default: the operator's user name].
+    #[arg(long, env = "USER", default_value = "operator")]
+    requested_by: String,
+    /// Finish the forgets a crash cut short, instead.
+    #[arg(long, conflicts_with_all = ["session", "audit"])]
+    resume: bool,
+    /// Print the audit trail of forgets, instead.
+    #[arg(long, conflicts_with = "session")]
+    audit: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn run(
+    opts: &BackendOpts,
+    backends: &Backends,
+    tenant: Option<String>,
+    args: &ForgetArgs,
+) -> anyhow::Result<()> {
+    if args.audit {
+        let Some(ring) = backends.codec.keys() else {
+            anyhow::bail!("no key store: nothing was ever sealed, so nothing was forgotten");
+        };
+        let entries = ring.store().forgets(false).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&entries)?);
+        } else {
+            for e in entries {
+                println!(
+                    "{}  {}  tenant {}  subject {}…  by {}  {}",
+                    e.forget_id,
+                    e.requested_at,
+                    e.tenant_id,
+                    &e.subject_hash[..16],
+                    e.requested_by,
+                    e.completed_at
+                        .map(|at| format!("done {at}: {}", e.report.unwrap_or_default()))
+                        .unwrap_or_else(|| "PENDING (strata forget --resume)".into())
+                );
+            }
+        }
+        return Ok(());
+    }
+    let (names, other_sets): (Vec<String>, Vec<_>) =
+        other_projection_sets(opts).await?.into_iter().unzip();
+    if !names.is_empty() {
+        eprintln!("also in the older projection sets: {}", names.join(", "));
+    }
+    let reports = match (&args.session, tenant) {
+        (Some(session), Some(tenant)) => vec![
+            forget::forget_session(backends, &other_sets, &tenant, session, &args.requested_by)
+                .await?,
+        ],
+        _ => forget::resume_pending(backends, &other_sets).await?,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+        return Ok(());
+    }
+    if reports.is_empty() {
+        println!("no forget was pending");
+    }
+    for r in &reports {
+        print_report(r);
+    }
+    Ok(())
+}
+
+fn print_report(r: &ForgetReport) {
+    let rows: u64 = r.rows.values().sum();
+    println!(
+        "forgot session {} of tenant {} ({}): {} sealed event(s) on the log now unreadable{}; \
+         {rows} projection row(s) deleted over {} set(s); {} artifact blob(s) deleted",
+        r.session_id,
+        r.tenant_id,
+        r.forget_id,
+        r.sealed_events,
+        if r.key_destroyed {
+            " (key destroyed)"
+        } else {
+            " (key already destroyed)"
+        },
+        r.sets,
+        r.artifacts_deleted
+    );
+}
+
+/// The projection sets besides the live one (older rebuild generations): they hold the
+/// session too.
+async fn other_projection_sets(
+    opts: &BackendOpts,
+) -> anyhow::Result<Vec<(String, Arc<dyn ProjectionStore>)>> {
+    let mut out: Vec<(String, Arc<dyn ProjectionStore>)> = Vec::new();
+    let db = opts.db_url();
+    if db.starts_with("sqlite://") && opts.db_url.is_none() {
+        for g in strata_replay::rebuild::generations(&opts.data_dir)? {
+            if !g.current {
+                let path = opts.data_dir.join(&g.file);
+                let store =
+                    strata_store::sqlite::SqliteStore::open(&path.display().to_string()).await?;
+                out.push((g.file, Arc::new(store)));
+            }
+        }
+    } else if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+        let gens = strata_store::postgres::generations::PgGenerations::connect(&db).await?;
+        for g in gens.list().await? {
+            if !g.current {
+                let store =
+                    strata_store::postgres::PgStore::open_generation(&db, &g.schema).await?;
+                out.push((g.schema, Arc::new(store)));
+            }
+        }
+    }
+    Ok(out)
+}

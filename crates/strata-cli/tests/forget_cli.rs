@@ -1,0 +1,243 @@
+//! `strata forget` on the embedded default, through the binary: after it, no byte of the data
+//! directory holds the session's words, the other sessions read back byte-identical, a rebuild
+//! still lacks it, and its id is refused on ingest.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+fn strata(data_dir: &Path, seal: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
+    cmd.arg("--data-dir").arg(data_dir).args(["--seal", seal]);
+    for var in [
+        "STRATA_DATA_DIR",
+        "STRATA_LOG",
+        "STRATA_DB",
+        "STRATA_HOT",
+        "STRATA_BLOB",
+        "STRATA_KEYS",
+        "STRATA_MASTER_KEY_FILE",
+        "STRATA_SEAL",
+        "STRATA_PARTITIONS",
+        "STRATA_LOG_FORMAT",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("STRATA_FSYNC", "never")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run strata")
+}
+
+fn ok(data_dir: &Path, args: &[&str]) -> String {
+    let out = strata(data_dir, "on", args);
+    assert!(
+        out.status.success(),
+        "strata {}: {}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn bytes_under(dir: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.extend(std::fs::read(&path).expect("read"));
+            }
+        }
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// A second session of another tenant's work, written by the team, with words of its own.
+fn other_session() -> String {
+    let mut lines = Vec::new();
+    let mut push = |n: usize, ty: &str, payload: Value| {
+        lines.push(
+            json!({"event_id": format!("keep-{n}"), "tenant_id": "dev", "session_id": "kept",
+                "timestamp": "2026-06-03T11:00:00Z", "type": ty, "payload": payload})
+            .to_string(),
+        );
+    };
+    push(
+        1,
+        "SessionStarted",
+        json!({"model": {"provider": "openai", "model": "gpt-4o"},
+        "context_window_tokens": 128000, "reserved_output_tokens": 8000}),
+    );
+    push(
+        2,
+        "UserPromptSubmitted",
+        json!({"message_id": "u1", "text": "KEPT-MARKER: rename the config loader"}),
+    );
+    push(
+        3,
+        "ModelResponseReceived",
+        json!({"message_id": "a1", "text": "reading it",
+        "tool_calls": [{"tool_call_id": "c1", "name": "read_file", "args": {"path": "cfg.rs"}}]}),
+    );
+    push(
+        4,
+        "ToolCallFinished",
+        json!({"tool_call_id": "c1", "output": format!("KEPT-OUTPUT {}", "fn load() {}\n".repeat(1200)), "is_error": false}),
+    );
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn a_forgotten_session_is_gone_from_every_byte_and_the_others_are_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    ok(&data, &["demo"]);
+    let fixture = dir.path().join("kept.jsonl");
+    std::fs::write(&fixture, other_session()).expect("fixture");
+    ok(&data, &["import", fixture.to_str().expect("utf-8")]);
+    // An older projection set too: a rebuild leaves the previous one in the data directory.
+    ok(&data, &["rebuild"]);
+
+    let kept_context = |data: &Path| -> Value {
+        let out = ok(data, &["context", "kept", "--tenant", "dev", "--json"]);
+        serde_json::from_str::<Value>(&out).expect("json")["payload"].clone()
+    };
+    let before = kept_context(&data);
+    assert!(before.to_string().contains("KEPT-MARKER"));
+
+    // The forgotten session's words: every prompt, reply and tool output of it.
+    let markers: Vec<String> = ok(&data, &["export", "demo-invoice-fix"])
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json line"))
+        .filter_map(|e| {
+            let p = &e["payload"];
+            p["text"]
+                .as_str()
+                .or(p["output"].as_str())
+                .map(str::to_owned)
+        })
+        // The text's opening, up to the first character a JSON column would escape.
+        .map(|text| {
+            text.chars()
+                .take_while(|c| c.is_ascii() && !c.is_ascii_control() && !matches!(c, '"' | '\\'))
+                .take(40)
+                .collect::<String>()
+        })
+        .filter(|m| m.len() >= 20)
+        .collect();
+    assert!(markers.len() >= 10, "{markers:?}");
+    let everything = bytes_under(&data);
+    assert!(
+        markers.iter().all(|m| contains(&everything, m)),
+        "markers present before"
+    );
+
+    let out = ok(
+        &data,
+        &["forget", "--session", "demo-invoice-fix", "--json"],
+    );
+    let report: Value = serde_json::from_str(&out).expect("json report");
+    assert_eq!(report[0]["key_destroyed"], true, "{report}");
+    assert_eq!(report[0]["sets"], 2, "both projection sets: {report}");
+    assert!(
+        report[0]["artifacts_deleted"].as_u64() > Some(0),
+        "{report}"
+    );
+
+    let after = bytes_under(&data);
+    for m in &markers {
+        assert!(!contains(&after, m), "{m:?} is still in the data directory");
+    }
+    assert!(contains(&after, "KEPT-MARKER") && contains(&after, "KEPT-OUTPUT"));
+    assert_eq!(
+        kept_context(&data),
+        before,
+        "the other session reads back the same"
+    );
+    let gone = strata(
+        &data,
+        "on",
+        &["context", "demo-invoice-fix", "--tenant", "dev"],
+    );
+    assert!(!gone.status.success());
+
+    // The audit trail says who, when and how much, and never the session's id.
+    let audit: Value =
+        serde_json::from_str(&ok(&data, &["forget", "--audit", "--json"])).expect("json audit");
+    assert_eq!(audit.as_array().map(Vec::len), Some(1), "{audit}");
+    assert!(audit[0]["completed_at"].is_string(), "{audit}");
+    assert!(audit[0]["session_id"].is_null(), "{audit}");
+    assert!(!audit.to_string().contains("demo-invoice-fix"), "{audit}");
+
+    // A rebuild from the log verifies and brings none of it back.
+    let out = ok(&data, &["rebuild"]);
+    assert!(out.contains("readers switched"), "{out}");
+    let after = bytes_under(&data);
+    assert!(
+        markers.iter().all(|m| !contains(&after, m)),
+        "rebuild resurrected content"
+    );
+    assert_eq!(kept_context(&data), before);
+    let replay = ok(&data, &["replay", "--json"]);
+    let replay: Value = serde_json::from_str(&replay).expect("json");
+    assert_eq!(
+        replay["sessions"], 1,
+        "only the kept session replays: {replay}"
+    );
+
+    // The id is refused from now on, sealing on or off.
+    let late = dir.path().join("late.jsonl");
+    std::fs::write(
+        &late,
+        json!({"event_id": "late-1", "tenant_id": "dev", "session_id": "demo-invoice-fix",
+            "timestamp": "2026-06-04T10:00:00Z", "type": "UserPromptSubmitted",
+            "payload": {"message_id": "late", "text": "LATE-MARKER"}})
+        .to_string()
+            + "\n",
+    )
+    .expect("write");
+    for seal in ["on", "off"] {
+        let out = strata(&data, seal, &["import", late.to_str().expect("utf-8")]);
+        assert!(
+            !out.status.success(),
+            "seal {seal}: a forgotten id was taken"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("was forgotten"), "{stderr}");
+    }
+    assert!(!contains(&bytes_under(&data), "LATE-MARKER"));
+}
+
+#[test]
+fn a_session_on_a_plain_log_is_not_forgotten_and_nothing_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("plain");
+    let out = strata(&data, "off", &["demo"]);
+    assert!(out.status.success());
+    let before = bytes_under(&data.join("log"));
+    let out = strata(&data, "off", &["forget", "--session", "demo-invoice-fix"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("needs a sealed log"), "{stderr}");
+    // Sealing turned on later: the session's earlier events are still in the clear.
+    let out = strata(&data, "on", &["forget", "--session", "demo-invoice-fix"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("in the clear"), "{stderr}");
+    assert_eq!(bytes_under(&data.join("log")), before);
+    let out = strata(&data, "off", &["export", "demo-invoice-fix"]);
+    assert!(out.status.success(), "the session is still there");
+}

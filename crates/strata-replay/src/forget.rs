@@ -1,0 +1,197 @@
+//! Forgetting a session for real (`docs/design/forgetting.md`): its data key destroyed, so every
+//! copy of its events on the log and in the archive is unreadable at once, and every derived copy
+//! deleted — hot state, every projection set, the artifacts only it referred to — with an audit
+//! entry that holds no content.
+//!
+//! Order, each step idempotent, so a forget cut short (kill -9) is finished by running it again
+//! or by [`resume_pending`]: audit entry (pending, with the session id) → key destroyed → hot
+//! state → projections (one transaction per set: readers see the session whole or not at all) →
+//! blobs → audit entry done (the session id replaced by its hash).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use strata_codec::Record;
+use strata_keys::{ForgetEntry, KeyRing};
+use strata_runtime::Backends;
+use strata_store::ProjectionStore;
+
+use crate::{Error, Result};
+
+/// What a forget did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ForgetReport {
+    pub forget_id: String,
+    pub tenant_id: String,
+    pub session_id: String,
+    /// The session's events on the log, all sealed (now unreadable).
+    pub sealed_events: u64,
+    /// Whether this run destroyed the key (false: it was destroyed already).
+    pub key_destroyed: bool,
+    /// Rows removed from the projections, by table, over every projection set.
+    pub rows: BTreeMap<String, u64>,
+    /// Projection sets the session was removed from.
+    pub sets: u64,
+    /// Artifact blobs deleted (those no other session of the tenant refers to).
+    pub artifacts_deleted: u64,
+}
+
+/// Forgets `session` of `tenant`. `other_sets` are the projection sets besides the live one
+/// (older rebuild generations) that must lose it too. Refused, with nothing changed, when the
+/// log holds any of the session's events in the clear (sealing was off when they were written):
+/// destroying the key would not make those unreadable.
+pub async fn forget_session(
+    backends: &Backends,
+    other_sets: &[Arc<dyn ProjectionStore>],
+    tenant: &str,
+    session: &str,
+    requested_by: &str,
+) -> Result<ForgetReport> {
+    let ring = key_ring(backends)?;
+    let sealed_events = check_sealed(backends, tenant, session).await?;
+    let mut entry = ForgetEntry {
+        forget_id: format!("fg_{}", random_hex()),
+        tenant_id: tenant.to_owned(),
+        subject_hash: subject_hash(tenant, session),
+        session_id: Some(session.to_owned()),
+        requested_by: requested_by.to_owned(),
+        requested_at: strata_store::now_utc(),
+        completed_at: None,
+        report: None,
+    };
+    ring.store().record_forget(&entry).await?;
+    let mut report = carry_out(backends, ring, other_sets, &mut entry).await?;
+    report.sealed_events = sealed_events;
+    Ok(report)
+}
+
+/// Finishes every forget a crash cut short; returns what each did.
+pub async fn resume_pending(
+    backends: &Backends,
+    other_sets: &[Arc<dyn ProjectionStore>],
+) -> Result<Vec<ForgetReport>> {
+    let Some(ring) = backends.codec.keys() else {
+        return Ok(Vec::new());
+    };
+    let mut done = Vec::new();
+    for mut entry in ring.store().forgets(true).await? {
+        tracing::info!(forget_id = %entry.forget_id, "resuming a forget cut short");
+        done.push(carry_out(backends, ring, other_sets, &mut entry).await?);
+    }
+    Ok(done)
+}
+
+fn key_ring(backends: &Backends) -> Result<&Arc<KeyRing>> {
+    backends.codec.keys().ok_or_else(|| {
+        Error::Invalid(
+            "forgetting needs a sealed log (--seal on, with its master key): without one, the \
+             log keeps every event in the clear"
+                .into(),
+        )
+    })
+}
+
+/// Counts the session's events on the log; an error when one of them is not sealed.
+async fn check_sealed(backends: &Backends, tenant: &str, session: &str) -> Result<u64> {
+    let positions = backends
+        .store
+        .session_log_positions(tenant, session)
+        .await?;
+    let mut plain = 0u64;
+    for &(partition, offset) in &positions {
+        let Some(record) = backends
+            .log
+            .read(partition, offset, 1)
+            .await?
+            .into_iter()
+            .next()
+        else {
+            continue; // gone from the log (retention): nothing left to make unreadable there
+        };
+        if let Ok(Record::Plain(_)) = backends.codec.avro().decode_record(&record.value) {
+            plain += 1;
+        }
+    }
+    if plain > 0 {
+        return Err(Error::Invalid(format!(
+            "{plain} of the session's {} events are on the log in the clear (written while \
+             sealing was off): destroying its key would not make them unreadable, so nothing \
+             was forgotten",
+            positions.len()
+        )));
+    }
+    Ok(positions.len() as u64)
+}
+
+async fn carry_out(
+    backends: &Backends,
+    ring: &KeyRing,
+    other_sets: &[Arc<dyn ProjectionStore>],
+    entry: &mut ForgetEntry,
+) -> Result<ForgetReport> {
+    let tenant = entry.tenant_id.clone();
+    let session = entry
+        .session_id
+        .clone()
+        .ok_or_else(|| Error::Invalid(format!("forget {} is already done", entry.forget_id)))?;
+    let key_destroyed = ring.destroy_session_key(&tenant, &session).await?;
+    backends.hot.forget_session(&tenant, &session).await?;
+    let mut report = ForgetReport {
+        forget_id: entry.forget_id.clone(),
+        tenant_id: tenant.clone(),
+        session_id: session.clone(),
+        key_destroyed,
+        ..ForgetReport::default()
+    };
+    let mut orphaned = Vec::new();
+    for (i, store) in std::iter::once(&backends.store)
+        .chain(other_sets)
+        .enumerate()
+    {
+        let forgotten = store.forget_session(&tenant, &session).await?;
+        for (table, rows) in forgotten.rows {
+            *report.rows.entry(table).or_default() += rows;
+        }
+        if i == 0 {
+            orphaned = forgotten.orphaned_artifacts;
+        }
+        report.sets += 1;
+    }
+    for sha256 in orphaned {
+        if backends.blobs.delete_artifact(&tenant, &sha256).await? {
+            report.artifacts_deleted += 1;
+        }
+    }
+    entry.session_id = None;
+    entry.completed_at = Some(strata_store::now_utc());
+    entry.report = Some(
+        serde_json::json!({
+            "key_destroyed": report.key_destroyed,
+            "rows": report.rows,
+            "sets": report.sets,
+            "artifacts_deleted": report.artifacts_deleted,
+        })
+        .to_string(),
+    );
+    ring.store().record_forget(entry).await?;
+    Ok(report)
+}
+
+/// The audit trail's name for a subject: no id in the clear once the forget is done.
+fn subject_hash(tenant: &str, session: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(tenant.as_bytes());
+    hasher.update([0]);
+    hasher.update(b"session:");
+    hasher.update(session.as_bytes());
+    hex::encode(hasher.finalize())
+}
+
+fn random_hex() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 12];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
