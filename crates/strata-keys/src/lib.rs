@@ -15,7 +15,7 @@ mod store;
 use std::path::PathBuf;
 
 pub use master::MasterKey;
-pub use ring::{session_subject, KeyRing, RecordCodec, DEFAULT_CACHED_KEYS};
+pub use ring::{session_subject, KeyRing, RecordCodec, DEFAULT_CACHED_KEYS, KEY_CACHE_TTL};
 pub use store::{open, ForgetEntry, KeyStore, PgKeyStore, SqliteKeyStore, StoredKey};
 pub use strata_codec::AvroCodec;
 

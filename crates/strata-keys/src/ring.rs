@@ -2,6 +2,7 @@
 //! seals and opens log records with them.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hashlink::LruCache;
 use strata_codec::{AvroCodec, DataKey, Record, SealedEvent};
@@ -14,6 +15,14 @@ use crate::{Error, Result};
 /// Unwrapped keys kept in memory: enough for every active session of a busy service.
 pub const DEFAULT_CACHED_KEYS: usize = 10_000;
 
+/// How long a ring trusts a key it unwrapped before asking the key store again. A key destroyed
+/// by another process (a forget) is sealed and opened with for at most this long; a forget
+/// waits it out before it deletes the derived copies.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// A cached key and when it was read from the key store.
+type Cached = (Arc<DataKey>, Instant);
+
 /// The subject name of a session's key.
 pub fn session_subject(session_id: &str) -> String {
     format!("session:{session_id}")
@@ -25,7 +34,7 @@ pub fn session_subject(session_id: &str) -> String {
 pub struct KeyRing {
     store: Arc<dyn KeyStore>,
     master: MasterKey,
-    cache: Mutex<LruCache<(String, String), Arc<DataKey>>>,
+    cache: Mutex<LruCache<(String, String), Cached>>,
 }
 
 impl KeyRing {
@@ -132,15 +141,24 @@ impl KeyRing {
             &stored.subject,
             &stored.key_id,
         )?);
-        self.lock()
-            .insert((stored.tenant_id, stored.subject), Arc::clone(&key));
+        self.lock().insert(
+            (stored.tenant_id, stored.subject),
+            (Arc::clone(&key), Instant::now()),
+        );
         Ok(Some(key))
     }
 
     fn cached(&self, tenant_id: &str, subject: &str) -> Option<Arc<DataKey>> {
-        self.lock()
-            .get(&(tenant_id.to_owned(), subject.to_owned()))
-            .cloned()
+        let id = (tenant_id.to_owned(), subject.to_owned());
+        let mut cache = self.lock();
+        match cache.get(&id) {
+            Some((key, read_at)) if read_at.elapsed() < KEY_CACHE_TTL => Some(Arc::clone(key)),
+            Some(_) => {
+                cache.remove(&id);
+                None
+            }
+            None => None,
+        }
     }
 
     fn evict(&self, tenant_id: &str, subject: &str) {
@@ -148,7 +166,7 @@ impl KeyRing {
             .remove(&(tenant_id.to_owned(), subject.to_owned()));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<(String, String), Arc<DataKey>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<(String, String), Cached>> {
         // A panic while holding the lock cannot leave the cache inconsistent (each operation is
         // one call on it): keep using it.
         self.cache.lock().unwrap_or_else(|p| p.into_inner())

@@ -103,8 +103,8 @@ async fn a_session_has_one_key_that_seals_opens_and_once_destroyed_forgets() {
             .await
             .expect_err("forgotten content must not open");
         assert!(matches!(err, Error::Forgotten { .. }), "{name}: {err}");
-        // (A ring that cached the key before the destroy holds it until evicted: the forget
-        // service tells every service; a ring that starts after it never can.)
+        // A ring of another service that cached the key before the destroy trusts it for at
+        // most KEY_CACHE_TTL (the forget waits that out); a ring that starts after it never can.
         let cold = RecordCodec::with_keys(
             Arc::new(KeyRing::new(
                 Arc::clone(&store),
@@ -232,4 +232,35 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack
         .windows(needle.len())
         .any(|w| w == needle.as_bytes())
+}
+
+#[tokio::test]
+async fn a_warm_ring_stops_using_a_key_destroyed_elsewhere_within_its_cache_ttl() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = dir.path().join("master.key");
+    let store = strata_keys::open(&format!("sqlite://{}", dir.path().join("k.db").display()))
+        .await
+        .expect("store");
+    let ring = |store: &Arc<dyn KeyStore>| {
+        Arc::new(KeyRing::new(
+            Arc::clone(store),
+            MasterKey::load_or_create(&master).expect("master key"),
+        ))
+    };
+    let (service, admin) = (ring(&store), ring(&store));
+    let codec = RecordCodec::with_keys(Arc::clone(&service), true);
+    let e = event("t", "s", 1, "words");
+    let record = codec.encode(&e).await.expect("seal");
+    assert!(admin.destroy_session_key("t", "s").await.expect("destroy"));
+    // Within the TTL the service still has it (that is what the forget waits out)...
+    assert_eq!(codec.decode(&record).await.expect("cached"), e);
+    tokio::time::sleep(strata_keys::KEY_CACHE_TTL + std::time::Duration::from_millis(100)).await;
+    // ...and after it, neither opens nor seals with it.
+    let err = codec.decode(&record).await.expect_err("forgotten");
+    assert!(matches!(err, Error::Forgotten { .. }), "{err}");
+    let err = codec
+        .encode(&event("t", "s", 2, "more"))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, Error::Forgotten { .. }), "{err}");
 }

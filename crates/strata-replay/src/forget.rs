@@ -10,14 +10,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use strata_codec::Record;
-use strata_keys::{ForgetEntry, KeyRing};
+use strata_keys::{ForgetEntry, KeyRing, KEY_CACHE_TTL};
 use strata_runtime::Backends;
 use strata_store::ProjectionStore;
 
+use crate::rebuild::PROJECTOR_GROUP;
 use crate::{Error, Result};
 
 /// What a forget did.
@@ -137,6 +139,9 @@ async fn carry_out(
         .clone()
         .ok_or_else(|| Error::Invalid(format!("forget {} is already done", entry.forget_id)))?;
     let key_destroyed = ring.destroy_session_key(&tenant, &session).await?;
+    if !backends.log.is_embedded() {
+        settle(backends).await?;
+    }
     backends.hot.forget_session(&tenant, &session).await?;
     let mut report = ForgetReport {
         forget_id: entry.forget_id.clone(),
@@ -177,6 +182,37 @@ async fn carry_out(
     );
     ring.store().record_forget(entry).await?;
     Ok(report)
+}
+
+/// Longest wait for the projector to pass what was on the log when the key was destroyed.
+const PROJECTOR_WAIT: Duration = Duration::from_secs(120);
+
+/// On shared backends other services may still hold the destroyed key for up to
+/// [`KEY_CACHE_TTL`], and a projector batch decoded with it may still be committing: both are
+/// waited out, or that batch would bring rows back after they are deleted. On the embedded
+/// default this process is the only one.
+async fn settle(backends: &Backends) -> Result<()> {
+    tokio::time::sleep(KEY_CACHE_TTL).await;
+    let end = backends.log.end_offsets().await?;
+    let deadline = Instant::now() + PROJECTOR_WAIT;
+    loop {
+        let projected = backends.store.offsets(PROJECTOR_GROUP).await?;
+        let behind = end
+            .iter()
+            .enumerate()
+            .any(|(p, &e)| projected.get(&(p as u32)).copied().unwrap_or(0) < e);
+        if !behind {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Invalid(format!(
+                "the projector did not reach the log's end within {} s; the key is destroyed and \
+                 the forget is pending: run `strata forget --resume` once strata-projector runs",
+                PROJECTOR_WAIT.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The audit trail's name for a subject: no id in the clear once the forget is done.
