@@ -374,12 +374,18 @@ async fn record_codec(
         }
         (true, false) => {
             // Creating one now would wrap new keys with a master key the existing ones were
-            // not wrapped with: the old sealed records would stay unreadable.
-            return Err(Error::Keys(strata_keys::Error::MasterKey {
-                path,
-                what: "does not exist, and the key store is not new: restore the master key \
-                       the keys were wrapped with (or name it with --master-key-file)",
-            }));
+            // not wrapped with (the old sealed records would stay unreadable), or give each
+            // service of a deployment a master key of its own.
+            let what = if keys_url.starts_with("sqlite://") {
+                "does not exist, and the key store is not new: restore the master key the keys \
+                 were wrapped with (or name it with --master-key-file)"
+            } else {
+                "does not exist: on a shared key store every service needs the same master key, \
+                 so none is created; make one (64 hex digits: `openssl rand -hex 32`) and give \
+                 its path to every service with --master-key-file (or restore the one the keys \
+                 were wrapped with)"
+            };
+            return Err(Error::Keys(strata_keys::Error::MasterKey { path, what }));
         }
         (_, true) => MasterKey::load(&path)?,
     };
