@@ -1,11 +1,8 @@
 //! `strata forget`: a session's content made unrecoverable from every store (its data key
 //! destroyed, its derived copies deleted), with an audit entry; `--resume` and `--audit`.
 
-use std::sync::Arc;
-
 use strata_replay::forget::{self, ForgetReport};
-use strata_runtime::{BackendOpts, Backends};
-use strata_store::ProjectionStore;
+use strata_runtime::Backends;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ForgetArgs {
@@ -31,7 +28,6 @@ pub(crate) struct ForgetArgs {
 }
 
 pub(crate) async fn run(
-    opts: &BackendOpts,
     backends: &Backends,
     tenant: Option<String>,
     args: &ForgetArgs,
@@ -60,17 +56,28 @@ pub(crate) async fn run(
         }
         return Ok(());
     }
-    let (names, other_sets): (Vec<String>, Vec<_>) =
-        other_projection_sets(opts).await?.into_iter().unzip();
+    let (names, other_sets): (Vec<String>, Vec<_>) = forget::older_projection_sets(backends)
+        .await?
+        .into_iter()
+        .unzip();
+    // On the embedded default this process owns the data directory: nothing else consumes.
+    let consumers_running = !backends.log.is_embedded();
     if !names.is_empty() {
         eprintln!("also in the older projection sets: {}", names.join(", "));
     }
     let reports = match (&args.session, tenant) {
         (Some(session), Some(tenant)) => vec![
-            forget::forget_session(backends, &other_sets, &tenant, session, &args.requested_by)
-                .await?,
+            forget::forget_session(
+                backends,
+                &other_sets,
+                &tenant,
+                session,
+                &args.requested_by,
+                consumers_running,
+            )
+            .await?,
         ],
-        _ => forget::resume_pending(backends, &other_sets).await?,
+        _ => forget::resume_pending(backends, &other_sets, consumers_running).await?,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
@@ -102,33 +109,4 @@ fn print_report(r: &ForgetReport) {
         r.sets,
         r.artifacts_deleted
     );
-}
-
-/// The projection sets besides the live one (older rebuild generations): they hold the
-/// session too.
-async fn other_projection_sets(
-    opts: &BackendOpts,
-) -> anyhow::Result<Vec<(String, Arc<dyn ProjectionStore>)>> {
-    let mut out: Vec<(String, Arc<dyn ProjectionStore>)> = Vec::new();
-    let db = opts.db_url();
-    if db.starts_with("sqlite://") && opts.db_url.is_none() {
-        for g in strata_replay::rebuild::generations(&opts.data_dir)? {
-            if !g.current {
-                let path = opts.data_dir.join(&g.file);
-                let store =
-                    strata_store::sqlite::SqliteStore::open(&path.display().to_string()).await?;
-                out.push((g.file, Arc::new(store)));
-            }
-        }
-    } else if db.starts_with("postgres://") || db.starts_with("postgresql://") {
-        let gens = strata_store::postgres::generations::PgGenerations::connect(&db).await?;
-        for g in gens.list().await? {
-            if !g.current {
-                let store =
-                    strata_store::postgres::PgStore::open_generation(&db, &g.schema).await?;
-                out.push((g.schema, Arc::new(store)));
-            }
-        }
-    }
-    Ok(out)
 }

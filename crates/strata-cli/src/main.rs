@@ -605,7 +605,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 None => None,
             };
-            forget::run(opts, &backends, tenant, &args).await
+            forget::run(&backends, tenant, &args).await
         }
         Command::Compact {
             session,

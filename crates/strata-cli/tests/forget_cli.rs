@@ -241,3 +241,134 @@ fn a_session_on_a_plain_log_is_not_forgotten_and_nothing_changes() {
     let out = strata(&data, "off", &["export", "demo-invoice-fix"]);
     assert!(out.status.success(), "the session is still there");
 }
+
+/// One HTTP request to `strata dev`: the status and the JSON body.
+fn http(port: u16, method: &str, path: &str, key: Option<&str>, body: &str) -> (u16, Value) {
+    use std::io::{Read, Write};
+    // `strata dev` prints its key as it starts listening: a first connect may come early.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut stream = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(e) if std::time::Instant::now() > deadline => panic!("connect: {e}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    };
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .expect("timeout");
+    let auth = key
+        .map(|k| format!("Authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("write");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    let value = serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null);
+    (status, value)
+}
+
+fn events_of(session: &str, words: &str) -> String {
+    json!({"events": [
+        {"event_id": format!("{session}-1"), "session_id": session, "timestamp": "2026-06-03T10:00:00Z",
+         "type": "SessionStarted", "payload": {"model": {"provider": "openai", "model": "gpt-4o"},
+         "context_window_tokens": 32000, "reserved_output_tokens": 4000}},
+        {"event_id": format!("{session}-2"), "session_id": session, "timestamp": "2026-06-03T10:00:01Z",
+         "type": "UserPromptSubmitted", "payload": {"message_id": "m1", "text": words}}
+    ]})
+    .to_string()
+}
+
+#[test]
+fn delete_over_http_forgets_the_tenants_session_while_strata_dev_serves() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
+    cmd.arg("--data-dir").arg(&data).args(["--seal", "on"]);
+    for var in [
+        "STRATA_DATA_DIR",
+        "STRATA_LOG",
+        "STRATA_DB",
+        "STRATA_HOT",
+        "STRATA_BLOB",
+        "STRATA_LISTEN",
+    ] {
+        cmd.env_remove(var);
+    }
+    let mut dev = cmd
+        .env("STRATA_FSYNC", "never")
+        .env("RUST_LOG", "error")
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("strata dev");
+    let stdout = dev.stdout.take().expect("stdout");
+    let key = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.split_once("dev api key (tenant dev): ")
+                .map(|(_, k)| k.trim().to_owned())
+        })
+        .expect("a dev key");
+    let key = Some(key.as_str());
+    for (session, words) in [
+        ("web-1", "WEB-MARKER-GONE: my card number is 4111"),
+        ("web-2", "WEB-MARKER-KEPT: hello"),
+    ] {
+        let (status, body) = http(port, "POST", "/v1/events", key, &events_of(session, words));
+        assert_eq!(status, 200, "{body}");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while http(port, "GET", "/v1/sessions/web-1", key, "").0 != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "web-1 never projected"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
+    assert_eq!(http(port, "DELETE", "/v1/sessions/web-1", None, "").0, 401);
+    assert_eq!(http(port, "DELETE", "/v1/sessions/nobody", key, "").0, 404);
+    let (status, report) = http(port, "DELETE", "/v1/sessions/web-1", key, "");
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["key_destroyed"], true, "{report}");
+    assert_eq!(report["sealed_events"], 2, "{report}");
+    assert_eq!(http(port, "GET", "/v1/sessions/web-1", key, "").0, 404);
+    assert_eq!(http(port, "GET", "/v1/sessions/web-2", key, "").0, 200);
+    // (Re-sending the events it had is answered as duplicates, ids only: idempotency holds.)
+    let late = events_of("web-1", "again").replace("\"web-1-", "\"web-1-late-");
+    let (status, body) = http(port, "POST", "/v1/events", key, &late);
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "forgotten", "{body}");
+
+    let _ = Command::new("kill").arg(dev.id().to_string()).status();
+    let _ = dev.wait();
+    let all = bytes_under(&data);
+    assert!(
+        !contains(&all, "WEB-MARKER-GONE"),
+        "the forgotten words are in the data directory"
+    );
+    assert!(contains(&all, "WEB-MARKER-KEPT"));
+}

@@ -16,7 +16,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use strata_codec::Record;
 use strata_keys::{ForgetEntry, KeyRing, KEY_CACHE_TTL};
-use strata_runtime::Backends;
+use strata_runtime::{Backends, ProjectionSets};
 use strata_store::ProjectionStore;
 
 use crate::rebuild::PROJECTOR_GROUP;
@@ -40,6 +40,37 @@ pub struct ForgetReport {
     pub artifacts_deleted: u64,
 }
 
+/// The projection sets besides the live one (older rebuild generations, which hold the session
+/// too), with their names.
+pub async fn older_projection_sets(
+    backends: &Backends,
+) -> Result<Vec<(String, Arc<dyn ProjectionStore>)>> {
+    let mut out: Vec<(String, Arc<dyn ProjectionStore>)> = Vec::new();
+    match &backends.projection_sets {
+        ProjectionSets::Embedded(dir) => {
+            for g in crate::rebuild::generations(dir)? {
+                if !g.current {
+                    let path = dir.join(&g.file).display().to_string();
+                    let store = strata_store::sqlite::SqliteStore::open(&path).await?;
+                    out.push((g.file, Arc::new(store)));
+                }
+            }
+        }
+        ProjectionSets::Postgres(url) => {
+            let gens = strata_store::postgres::generations::PgGenerations::connect(url).await?;
+            for g in gens.list().await? {
+                if !g.current {
+                    let store =
+                        strata_store::postgres::PgStore::open_generation(url, &g.schema).await?;
+                    out.push((g.schema, Arc::new(store)));
+                }
+            }
+        }
+        ProjectionSets::Single => {}
+    }
+    Ok(out)
+}
+
 /// Forgets `session` of `tenant`. `other_sets` are the projection sets besides the live one
 /// (older rebuild generations) that must lose it too. Refused, with nothing changed, when the
 /// log holds any of the session's events in the clear (sealing was off when they were written):
@@ -50,6 +81,7 @@ pub async fn forget_session(
     tenant: &str,
     session: &str,
     requested_by: &str,
+    consumers_running: bool,
 ) -> Result<ForgetReport> {
     let ring = key_ring(backends)?;
     let sealed_events = check_sealed(backends, tenant, session).await?;
@@ -64,7 +96,7 @@ pub async fn forget_session(
         report: None,
     };
     ring.store().record_forget(&entry).await?;
-    let mut report = carry_out(backends, ring, other_sets, &mut entry).await?;
+    let mut report = carry_out(backends, ring, other_sets, &mut entry, consumers_running).await?;
     report.sealed_events = sealed_events;
     Ok(report)
 }
@@ -73,6 +105,7 @@ pub async fn forget_session(
 pub async fn resume_pending(
     backends: &Backends,
     other_sets: &[Arc<dyn ProjectionStore>],
+    consumers_running: bool,
 ) -> Result<Vec<ForgetReport>> {
     let Some(ring) = backends.codec.keys() else {
         return Ok(Vec::new());
@@ -80,7 +113,7 @@ pub async fn resume_pending(
     let mut done = Vec::new();
     for mut entry in ring.store().forgets(true).await? {
         tracing::info!(forget_id = %entry.forget_id, "resuming a forget cut short");
-        done.push(carry_out(backends, ring, other_sets, &mut entry).await?);
+        done.push(carry_out(backends, ring, other_sets, &mut entry, consumers_running).await?);
     }
     Ok(done)
 }
@@ -132,6 +165,7 @@ async fn carry_out(
     ring: &KeyRing,
     other_sets: &[Arc<dyn ProjectionStore>],
     entry: &mut ForgetEntry,
+    consumers_running: bool,
 ) -> Result<ForgetReport> {
     let tenant = entry.tenant_id.clone();
     let session = entry
@@ -139,7 +173,7 @@ async fn carry_out(
         .clone()
         .ok_or_else(|| Error::Invalid(format!("forget {} is already done", entry.forget_id)))?;
     let key_destroyed = ring.destroy_session_key(&tenant, &session).await?;
-    if !backends.log.is_embedded() {
+    if consumers_running {
         settle(backends).await?;
     }
     backends.hot.forget_session(&tenant, &session).await?;
@@ -187,10 +221,10 @@ async fn carry_out(
 /// Longest wait for the projector to pass what was on the log when the key was destroyed.
 const PROJECTOR_WAIT: Duration = Duration::from_secs(120);
 
-/// On shared backends other services may still hold the destroyed key for up to
-/// [`KEY_CACHE_TTL`], and a projector batch decoded with it may still be committing: both are
-/// waited out, or that batch would bring rows back after they are deleted. On the embedded
-/// default this process is the only one.
+/// While other consumers run (services on shared backends, or those of `strata dev` beside its
+/// HTTP API), they may still hold the destroyed key for up to [`KEY_CACHE_TTL`], and a projector
+/// batch decoded with it may still be committing: both are waited out, or that batch would bring
+/// rows back after they are deleted. A CLI verb on the embedded default is the only process.
 async fn settle(backends: &Backends) -> Result<()> {
     tokio::time::sleep(KEY_CACHE_TTL).await;
     let end = backends.log.end_offsets().await?;
@@ -205,7 +239,7 @@ async fn settle(backends: &Backends) -> Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(Error::Invalid(format!(
+            return Err(Error::Pending(format!(
                 "the projector did not reach the log's end within {} s; the key is destroyed and \
                  the forget is pending: run `strata forget --resume` once strata-projector runs",
                 PROJECTOR_WAIT.as_secs()

@@ -80,6 +80,10 @@ pub enum Error {
     /// The request cannot be carried out as asked.
     #[error("{0}")]
     Invalid(String),
+    /// A forget began and could not finish now; it is recorded as pending and finishes with
+    /// `strata forget --resume`.
+    #[error("{0}")]
+    Pending(String),
 }
 
 /// Result with this crate's [`Error`].

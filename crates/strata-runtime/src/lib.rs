@@ -258,7 +258,46 @@ pub struct Backends {
     /// Encodes events for the log (sealed when sealing is on) and decodes its records.
     pub codec: RecordCodec,
     pub data_dir: PathBuf,
+    /// Where the projection sets live (the live one and older rebuild generations).
+    pub projection_sets: ProjectionSets,
     _lock: Option<Arc<DataDirLock>>,
+}
+
+/// Where a process's projection sets live, for the verbs that must reach every set (a forget).
+#[derive(Clone)]
+pub enum ProjectionSets {
+    /// SQLite files of the data directory, named by the store pointer.
+    Embedded(PathBuf),
+    /// Schemas of a PostgreSQL database (the URL holds credentials: never printed).
+    Postgres(String),
+    /// One store only, opened elsewhere (tests, benchmarks).
+    Single,
+}
+
+impl std::fmt::Debug for ProjectionSets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProjectionSets::Embedded(dir) => f.debug_tuple("Embedded").field(dir).finish(),
+            ProjectionSets::Postgres(url) => f
+                .debug_tuple("Postgres")
+                .field(&strata_store::redact(url))
+                .finish(),
+            ProjectionSets::Single => f.write_str("Single"),
+        }
+    }
+}
+
+impl ProjectionSets {
+    fn of(opts: &BackendOpts) -> ProjectionSets {
+        let db = opts.db_url();
+        if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+            ProjectionSets::Postgres(db)
+        } else if opts.db_url.is_none() {
+            ProjectionSets::Embedded(opts.data_dir.clone())
+        } else {
+            ProjectionSets::Single
+        }
+    }
 }
 
 impl Backends {
@@ -340,6 +379,7 @@ impl Backends {
             blobs,
             codec,
             data_dir: opts.data_dir.clone(),
+            projection_sets: ProjectionSets::of(opts),
             _lock: lock,
         }))
     }
@@ -567,6 +607,7 @@ impl Backends {
             blobs,
             codec: RecordCodec::plain(),
             data_dir,
+            projection_sets: ProjectionSets::Single,
             _lock: None,
         }
     }
