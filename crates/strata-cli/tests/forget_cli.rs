@@ -2,68 +2,19 @@
 //! directory holds the session's words, the other sessions read back byte-identical, a rebuild
 //! still lacks it, and its id is refused on ingest.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod sealing;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use sealing::{bytes_under, contains, strata};
+
+/// `strata --seal on ARGS`, which must succeed.
+fn ok(data_dir: &Path, args: &[&str]) -> String {
+    sealing::ok(data_dir, "on", args)
+}
 
 use serde_json::{json, Value};
-
-fn strata(data_dir: &Path, seal: &str, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
-    cmd.arg("--data-dir").arg(data_dir).args(["--seal", seal]);
-    for var in [
-        "STRATA_DATA_DIR",
-        "STRATA_LOG",
-        "STRATA_DB",
-        "STRATA_HOT",
-        "STRATA_BLOB",
-        "STRATA_KEYS",
-        "STRATA_MASTER_KEY_FILE",
-        "STRATA_SEAL",
-        "STRATA_PARTITIONS",
-        "STRATA_LOG_FORMAT",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("STRATA_FSYNC", "never")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run strata")
-}
-
-fn ok(data_dir: &Path, args: &[&str]) -> String {
-    let out = strata(data_dir, "on", args);
-    assert!(
-        out.status.success(),
-        "strata {}: {}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn bytes_under(dir: &Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut stack: Vec<PathBuf> = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).expect("read dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.extend(std::fs::read(&path).expect("read"));
-            }
-        }
-    }
-    out
-}
-
-fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w == needle.as_bytes())
-}
 
 /// A second session of another tenant's work, written by the team, with words of its own.
 fn other_session() -> String {

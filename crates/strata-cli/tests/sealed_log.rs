@@ -2,44 +2,11 @@
 //! clear, every reader (projector, replay, rebuild, archive) opens it, and the same session reads
 //! back exactly as on a plain log.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod sealing;
 
-fn strata(data_dir: &Path, seal: &str, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
-    cmd.arg("--data-dir").arg(data_dir).args(["--seal", seal]);
-    for var in [
-        "STRATA_DATA_DIR",
-        "STRATA_LOG",
-        "STRATA_DB",
-        "STRATA_HOT",
-        "STRATA_BLOB",
-        "STRATA_KEYS",
-        "STRATA_MASTER_KEY_FILE",
-        "STRATA_SEAL",
-        "STRATA_PARTITIONS",
-        "STRATA_LOG_FORMAT",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("STRATA_FSYNC", "never")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run strata")
-}
+use std::path::Path;
 
-fn ok(data_dir: &Path, seal: &str, args: &[&str]) -> String {
-    let out = strata(data_dir, seal, args);
-    assert!(
-        out.status.success(),
-        "strata --seal {seal} {}: {}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use sealing::{bytes_under, contains, ok, strata};
 
 /// The session's events as exported, without the assembly records (their ids are random).
 fn history(data_dir: &Path, seal: &str) -> Vec<serde_json::Value> {
@@ -48,29 +15,6 @@ fn history(data_dir: &Path, seal: &str) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json line"))
         .filter(|e| e["type"] != "ContextBuilt")
         .collect()
-}
-
-/// Every file under `dir`, concatenated.
-fn bytes_under(dir: &Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut stack: Vec<PathBuf> = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).expect("read dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.extend(std::fs::read(&path).expect("read"));
-            }
-        }
-    }
-    out
-}
-
-fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w == needle.as_bytes())
 }
 
 #[test]
