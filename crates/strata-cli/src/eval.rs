@@ -48,6 +48,14 @@ pub(crate) struct EvalArgs {
     /// N of the last-N-observations baseline.
     #[arg(long, default_value_t = strata_eval::DEFAULT_LAST_N)]
     last_n: usize,
+    /// Compare at equal size: aim every point at this baseline's size there (`last-N`, e.g.
+    /// `last-5`; it becomes the baseline reported beside the policy).
+    #[arg(long, value_name = "BASELINE", value_parser = parse_baseline)]
+    at_size_of: Option<usize>,
+    /// Newest messages of a branch read per call point (the assembler reads 256); the
+    /// baselines always see the whole session.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    window: u32,
     /// Write every call point's score (with the references the context missed and where they
     /// were last seen) as JSON lines to this file.
     #[arg(long)]
@@ -62,6 +70,15 @@ pub(crate) struct EvalArgs {
     /// of these context sizes (tokens, comma-separated), and print one row per target.
     #[arg(long, value_delimiter = ',', value_name = "TOKENS")]
     targets: Vec<u64>,
+}
+
+/// `last-N` (or `lastN`) as N.
+fn parse_baseline(s: &str) -> Result<usize, String> {
+    s.strip_prefix("last-")
+        .or_else(|| s.strip_prefix("last"))
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("unknown baseline {s:?}: expected last-N, e.g. last-5"))
 }
 
 pub(crate) fn policy_by_version(v: &str) -> anyhow::Result<AssemblyPolicy> {
@@ -96,7 +113,9 @@ pub(crate) async fn run(
         target_tokens: policy.target_tokens,
         rehydrate_max_bytes: policy.rehydrate_max_bytes,
         confidential_providers: policy.confidential_providers.clone(),
-        last_n: args.last_n,
+        last_n: args.at_size_of.unwrap_or(args.last_n),
+        at_baseline_size: args.at_size_of.is_some(),
+        window: args.window,
         keep_points: args.report.is_some(),
         ..EvalOptions::default()
     };
@@ -112,7 +131,7 @@ pub(crate) async fn run(
         println!("{}", serde_json::to_string_pretty(&summary_json(&report))?);
         return Ok(());
     }
-    print!("{}", table(&report, args.last_n, !args.totals_only));
+    print!("{}", table(&report, options.last_n, !args.totals_only));
     if let Some(path) = &args.report {
         println!("call points written to {}", path.display());
     }
@@ -365,6 +384,7 @@ fn totals_json(t: &Totals) -> serde_json::Value {
         "points": t.points,
         "evidence": t.evidence,
         "complete_points": t.complete_points,
+        "larger_than_transcript": t.larger_than_transcript,
         "strata": side(&t.strata),
         "transcript": side(&t.transcript),
         "last_n": side(&t.last_n),
@@ -483,7 +503,7 @@ fn table(report: &EvalReport, last_n: usize, sessions: bool) -> String {
     out.push_str(&format!(
         "\n{} sessions, {} events, {} call points ({} skipped: no state; {} repeated responses \
          not scored: a harness's copy of one already answered), {:.1}s; the policy's context \
-         held all the evidence at {} of {} points\n",
+         held all the evidence at {} of {} points and was larger than the transcript at {}\n",
         report.sessions.len(),
         report.events,
         report.totals.points,
@@ -492,6 +512,7 @@ fn table(report: &EvalReport, last_n: usize, sessions: bool) -> String {
         report.elapsed_secs,
         report.totals.complete_points,
         report.totals.points,
+        report.totals.larger_than_transcript,
     ));
     let code = report.totals.without_words();
     out.push_str(&format!(

@@ -6,7 +6,8 @@
 use serde_json::{json, Value};
 use strata_core::assembly::{
     assemble_with_policy, Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage, Snapshot,
-    Tier, POLICY_VERSION_STEPS, POLICY_VERSION_TURNS,
+    Tier, BASELINE_LAST_5, BASELINE_TRANSCRIPT, POLICY_VERSION_SELECT, POLICY_VERSION_STEPS,
+    POLICY_VERSION_TURNS,
 };
 use strata_core::projection::{AgentState, Sourced, SubagentState};
 use strata_core::tokens::{O200k, TokenCounter};
@@ -998,4 +999,153 @@ fn policy_11_sends_a_report_older_than_the_working_set_by_its_evidence_lines() {
     }
     assert!(v11.assembly.context_tokens < v10.assembly.context_tokens);
     assert_eq!(text_of(&assemble(&snapshot, "strata.assembly/11")), sent);
+}
+
+/// Policy 12 under a target, and the baselines as configurations of its selection.
+fn select(snapshot: &Snapshot, version: &str, target: Option<u64>) -> Assembled {
+    let policy = AssemblyPolicy::by_version(version).expect("known policy");
+    let request = AssemblyRequest {
+        target_tokens: target,
+        ..AssemblyRequest::default()
+    };
+    assemble_with_policy(snapshot, &request, &policy, &O200k)
+}
+
+#[test]
+fn the_masking_configuration_reproduces_last_n_masking() {
+    let snapshot = long_turn();
+    let transcript = select(&snapshot, BASELINE_TRANSCRIPT, None);
+    let masked = select(&snapshot, BASELINE_LAST_5, None);
+    // SWE-agent's rule, applied by hand to transcript replay: every message as written, tool
+    // results older than the newest five as one line.
+    let results = transcript
+        .messages
+        .iter()
+        .filter(|m| matches!(m, BundleMessage::Tool { .. }))
+        .count();
+    assert_eq!(
+        results as u64, STEPS,
+        "every answered call is in the transcript"
+    );
+    let mut seen = 0;
+    let expected: Vec<BundleMessage> = transcript
+        .messages
+        .iter()
+        .map(|m| match m {
+            BundleMessage::Tool {
+                tool_call_id,
+                content,
+                is_error,
+            } => {
+                seen += 1;
+                let content = match seen + 5 > results {
+                    true => content.clone(),
+                    false => format!(
+                        "[output left out: {} lines]",
+                        content.split_inclusive('\n').count()
+                    ),
+                };
+                BundleMessage::Tool {
+                    tool_call_id: tool_call_id.clone(),
+                    content,
+                    is_error: *is_error,
+                }
+            }
+            other => other.clone(),
+        })
+        .collect();
+    assert_eq!(masked.messages, expected);
+    assert!(masked.assembly.context_tokens * 3 < transcript.assembly.context_tokens);
+}
+
+#[test]
+fn one_selection_aims_at_the_target_and_keeps_what_the_next_step_needs() {
+    let snapshot = long_turn();
+    let transcript = select(&snapshot, BASELINE_TRANSCRIPT, None);
+    let chosen = select(&snapshot, POLICY_VERSION_SELECT, Some(6_000));
+    assert_eq!(chosen.assembly.policy_version, POLICY_VERSION_SELECT);
+    let tokens = chosen.assembly.context_tokens;
+    assert!(
+        (4_000..=6_600).contains(&tokens),
+        "aimed at 6,000 tokens, sent {tokens} (transcript {})",
+        transcript.assembly.context_tokens
+    );
+    let text = text_of(&chosen);
+    // The task, the pending call, and the newest step's result go whatever the target.
+    assert!(text.contains("non-ASCII headers come out garbled"));
+    assert!(text.contains("call-pending"));
+    assert!(result_of(&chosen, &format!("call-{STEPS}")).is_some_and(|r| r.contains("150 ... ok")));
+    // The parser was read twice: lines of the newer read are kept; the older read adds nothing
+    // the newer does not say, so it is left out (whole, or as one line).
+    let second = result_of(&chosen, &format!("call-{SECOND_READ}")).expect("second read");
+    assert!(second.contains("= normalise(chunk["), "{second}");
+    let first = result_of(&chosen, &format!("call-{FIRST_READ}"));
+    assert!(
+        first.is_none_or(|r| r.starts_with("[output left out")),
+        "{first:?}"
+    );
+    // The model's own words about the fix, and the failing assertion's names, are chosen.
+    assert!(text.contains("The default encoding of `parse_header` is wrong"));
+    assert!(text.contains("tests/test_parser.py:88"));
+    // Every left-out piece is recorded with the tokens it saved.
+    assert!(chosen
+        .assembly
+        .omitted_items
+        .iter()
+        .any(|o| o.kind == "tool_output_lines" && o.tokens > 0));
+}
+
+#[test]
+fn a_history_that_fits_goes_as_written_with_only_the_published_state() {
+    let goal = Sourced {
+        text: "ship the header fix before the release branch is cut".into(),
+        source_event_id: "state-1".into(),
+    };
+    let state = AgentState {
+        goal: Some(goal),
+        ..AgentState::default()
+    };
+    for steps in [1, 3] {
+        let snapshot = session(steps, state.clone());
+        let transcript = select(&snapshot, BASELINE_TRANSCRIPT, None);
+        let chosen = select(&snapshot, POLICY_VERSION_SELECT, None);
+        let text = text_of(&chosen);
+        assert!(
+            text.contains("ship the header fix"),
+            "the published goal is sent"
+        );
+        let history: Vec<&BundleMessage> = chosen
+            .messages
+            .iter()
+            .filter(|m| !matches!(m, BundleMessage::System { text } if text.contains("Task state")))
+            .collect();
+        let expected: Vec<&BundleMessage> = transcript.messages.iter().collect();
+        assert_eq!(history, expected, "{steps} steps: the history as written");
+        let state_tokens = O200k
+            .count("## Task state\nGoal: ship the header fix before the release branch is cut\n")
+            + 4;
+        assert!(
+            chosen.assembly.context_tokens <= transcript.assembly.context_tokens + state_tokens,
+            "{steps} steps: {} against {} + {state_tokens}",
+            chosen.assembly.context_tokens,
+            transcript.assembly.context_tokens
+        );
+    }
+}
+
+#[test]
+fn one_selection_is_never_larger_than_the_transcript() {
+    for steps in [1, 3, 8, 20, 40, 80] {
+        let snapshot = session(steps, AgentState::default());
+        let transcript = select(&snapshot, BASELINE_TRANSCRIPT, None);
+        for target in [None, Some(2_000), Some(20_000)] {
+            let chosen = select(&snapshot, POLICY_VERSION_SELECT, target);
+            assert!(
+                chosen.assembly.context_tokens <= transcript.assembly.context_tokens,
+                "{steps} steps, target {target:?}: {} against the transcript's {}",
+                chosen.assembly.context_tokens,
+                transcript.assembly.context_tokens
+            );
+        }
+    }
 }

@@ -186,6 +186,8 @@ pub struct Totals {
     pub by_kind: BTreeMap<RefKind, KindCounts>,
     /// Points where the policy's context held all the evidence.
     pub complete_points: u64,
+    /// Points where the policy's context was larger than transcript replay.
+    pub larger_than_transcript: u64,
 }
 
 /// Evidence of one kind and how much of it each context held (the transcript holds it all).
@@ -244,6 +246,7 @@ impl Totals {
             self.by_kind.entry(*k).or_default().add(c);
         }
         self.complete_points += u64::from(p.missing.is_empty());
+        self.larger_than_transcript += u64::from(p.sides.strata.tokens > p.sides.transcript.tokens);
     }
 
     pub fn merge(&mut self, o: &Totals) {
@@ -263,6 +266,7 @@ impl Totals {
             self.by_kind.entry(*k).or_default().add(c);
         }
         self.complete_points += o.complete_points;
+        self.larger_than_transcript += o.larger_than_transcript;
     }
 
     /// The evidence of every kind but plain words ([`RefKind::Word`]), summed: what a response

@@ -55,6 +55,11 @@ pub struct EvalOptions {
     pub confidential_providers: BTreeMap<String, BTreeSet<Provider>>,
     /// N of the last-N-observations baseline.
     pub last_n: usize,
+    /// Newest messages of a branch lineage read per snapshot (the assembler reads 256).
+    pub window: u32,
+    /// Aim every point at the last-N baseline's size at that point (its `target_tokens`), so
+    /// that the policy and the baseline are compared at equal size.
+    pub at_baseline_size: bool,
     /// Tool outputs over this many bytes become artifacts, as ingest does (the live log's
     /// events are offloaded already).
     pub artifact_threshold: usize,
@@ -79,6 +84,8 @@ impl Default for EvalOptions {
             rehydrate_max_bytes: strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES,
             confidential_providers: BTreeMap::new(),
             last_n: strata_eval::DEFAULT_LAST_N,
+            at_baseline_size: false,
+            window: WINDOW,
             artifact_threshold: 8 * 1024,
             keep_points: false,
             scratch_dir: None,
@@ -354,7 +361,7 @@ impl<'a> Evaluator<'a> {
                 &event.session_id,
                 &event.branch_id,
                 event.participant_id.as_deref(),
-                WINDOW,
+                self.options.window,
             )
             .await?
         else {
@@ -365,6 +372,10 @@ impl<'a> Evaluator<'a> {
         let (mut request, recorded_policy) =
             recorded_request(recorded, self.options.budget, self.options.target_tokens);
         request.rehydrate_max_bytes = self.options.rehydrate_max_bytes;
+        if self.options.at_baseline_size {
+            let history = run.histories.branch(&event.branch_id);
+            request.target_tokens = Some(history.baselines(self.options.last_n, 0).last_n_tokens);
+        }
         if recorded.is_none() {
             request.confidential_allowed = self
                 .options

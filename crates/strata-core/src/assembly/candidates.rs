@@ -112,7 +112,7 @@ pub(super) fn collect<'v>(
 }
 
 /// P0: the system prompt.
-fn system_prompt(cx: &Cx<'_>) -> Option<Unit> {
+pub(super) fn system_prompt(cx: &Cx<'_>) -> Option<Unit> {
     let prompt = cx.snapshot.system_prompt.as_ref()?;
     Some(Unit {
         kind: "system_prompt",
@@ -138,18 +138,18 @@ fn system_prompt(cx: &Cx<'_>) -> Option<Unit> {
 }
 
 /// What the latest successful compaction leaves of the history.
-struct Compacted<'v> {
-    applied: bool,
+pub(super) struct Compacted<'v> {
+    pub applied: bool,
     /// The messages after its first kept event (all of them without a compaction).
-    live: Vec<&'v TimelineMessage>,
+    pub live: Vec<&'v TimelineMessage>,
     /// The calls it stands in for.
-    calls: BTreeSet<&'v str>,
-    summary: Option<Unit>,
+    pub calls: BTreeSet<&'v str>,
+    pub summary: Option<Unit>,
 }
 
 /// The latest successful compaction stands in for everything before its first kept event (the
 /// raw events stay on the log and in the projections, readable and exportable).
-fn compacted<'v>(
+pub(super) fn compacted<'v>(
     cx: &Cx<'_>,
     visible: &'v [TimelineMessage],
     omitted: &mut Vec<Omission>,
@@ -226,7 +226,7 @@ fn compacted<'v>(
 }
 
 /// P0: a request passed with the call, not yet on the log.
-fn current_request(cx: &Cx<'_>) -> Option<Unit> {
+pub(super) fn current_request(cx: &Cx<'_>) -> Option<Unit> {
     let text = cx.request.request.as_ref()?;
     Some(Unit {
         kind: "current_request",
@@ -243,7 +243,7 @@ fn current_request(cx: &Cx<'_>) -> Option<Unit> {
 
 /// P0: pending tool calls, as a state note (an unanswered call cannot be sent to a provider as
 /// a message without its result).
-fn pending_calls(cx: &Cx<'_>, visible: &[TimelineMessage]) -> Option<Unit> {
+pub(super) fn pending_calls(cx: &Cx<'_>, visible: &[TimelineMessage]) -> Option<Unit> {
     let snapshot = cx.snapshot;
     let mut pending: Vec<&ToolPair> =
         visible
@@ -287,7 +287,7 @@ fn pending_calls(cx: &Cx<'_>, visible: &[TimelineMessage]) -> Option<Unit> {
 }
 
 /// P1: the task state (always kept); P0: unresolved errors and retry-critical state.
-fn state_units(cx: &Cx<'_>) -> Vec<Unit> {
+pub(super) fn state_units(cx: &Cx<'_>) -> Vec<Unit> {
     let state = &cx.snapshot.state;
     let mut units = Vec::new();
     let (state_text, state_sources) = render_state(state);

@@ -30,6 +30,7 @@ mod memories;
 mod record;
 mod rehydration;
 mod render;
+mod select;
 mod selection;
 mod state;
 
@@ -40,6 +41,7 @@ use gates::Gate;
 pub use rehydration::{rehydration_plan, rehydration_plan_with_policy};
 pub use render::preview;
 use render::{data_message, is_salient};
+pub use select::{Valuation, DEFAULT_TARGET_TOKENS};
 
 /// Version of the default assembly policy ([`POLICY_VERSION_OWN_WORDS`]); every assembly records
 /// its policy's version, part of its identity.
@@ -110,6 +112,17 @@ pub const POLICY_VERSION_IN_PLAY: &str = "strata.assembly/10";
 /// whole) — on a long run the reports of every subagent the agent ever started no longer ride
 /// along, whole, at every call.
 pub const POLICY_VERSION_REPORTS_AGE: &str = "strata.assembly/11";
+/// One selection: every piece of history a candidate in a few renderings, chosen by the
+/// evidence it adds for the next action per token up to the target ([`Valuation::Evidence`];
+/// the mechanism is described in the `select` module).
+pub const POLICY_VERSION_SELECT: &str = "strata.assembly/12";
+/// Transcript replay as a configuration of the selection: every message as written.
+pub const BASELINE_TRANSCRIPT: &str = "strata.baseline/transcript";
+/// SWE-agent's observation masking as configurations of the selection: tool results older than
+/// the newest 3, 5 or 10 as one line.
+pub const BASELINE_LAST_3: &str = "strata.baseline/last-3";
+pub const BASELINE_LAST_5: &str = "strata.baseline/last-5";
+pub const BASELINE_LAST_10: &str = "strata.baseline/last-10";
 /// Under [`POLICY_VERSION_WHOLE_SHORT`], a history up to this many tokens goes as written.
 pub const WHOLE_HISTORY_TOKENS: u64 = 16_000;
 /// Under [`POLICY_VERSION_SAID`], what was said in a digested turn goes whole up to this many
@@ -173,6 +186,9 @@ pub struct AssemblyPolicy {
     /// Under aging, whether a finished subagent older than the working set goes by its task's
     /// opening and its report's evidence lines ([`POLICY_VERSION_REPORTS_AGE`]).
     pub subagent_reports_age: bool,
+    /// One selection by value per token ([`POLICY_VERSION_SELECT`]) under this valuation, in
+    /// place of the tiers and every switch above.
+    pub selection: Option<Valuation>,
 }
 
 impl Default for AssemblyPolicy {
@@ -201,6 +217,7 @@ impl AssemblyPolicy {
         whole_history_tokens: 0,
         files_in_play_everywhere: false,
         subagent_reports_age: false,
+        selection: None,
     };
 
     /// Policy 6 ([`POLICY_VERSION_SAID`]).
@@ -249,6 +266,30 @@ impl AssemblyPolicy {
         ..AssemblyPolicy::IN_PLAY
     };
 
+    /// Policy 12 ([`POLICY_VERSION_SELECT`]).
+    pub const SELECT: AssemblyPolicy = AssemblyPolicy {
+        version: POLICY_VERSION_SELECT,
+        selection: Some(Valuation::Evidence),
+        ..AssemblyPolicy::OWN_WORDS
+    };
+
+    /// The baselines as configurations of the selection: transcript replay and last-N
+    /// observation masking for N = 3, 5, 10.
+    pub fn baselines() -> [AssemblyPolicy; 4] {
+        let of = |version, valuation| AssemblyPolicy {
+            version,
+            selection: Some(valuation),
+            ..AssemblyPolicy::TURNS
+        };
+        let mask = |newest| Valuation::MaskOlderOutputs { newest };
+        [
+            of(BASELINE_TRANSCRIPT, Valuation::Transcript),
+            of(BASELINE_LAST_3, mask(3)),
+            of(BASELINE_LAST_5, mask(5)),
+            of(BASELINE_LAST_10, mask(10)),
+        ]
+    }
+
     /// Policy 5 ([`POLICY_VERSION_ANSWERED`]).
     pub const ANSWERED: AssemblyPolicy = AssemblyPolicy {
         version: POLICY_VERSION_ANSWERED,
@@ -259,9 +300,10 @@ impl AssemblyPolicy {
     };
 
     /// Every known policy, default first.
-    pub fn all() -> [AssemblyPolicy; 11] {
+    pub fn all() -> [AssemblyPolicy; 12] {
         [
             AssemblyPolicy::default(),
+            AssemblyPolicy::SELECT,
             AssemblyPolicy::REPORTS_AGE,
             AssemblyPolicy::IN_PLAY,
             AssemblyPolicy::WHOLE_SHORT,
@@ -296,9 +338,12 @@ impl AssemblyPolicy {
         ]
     }
 
-    /// The policy of a version, if known.
+    /// The policy of a version (or a baseline's configuration), if known.
     pub fn by_version(version: &str) -> Option<AssemblyPolicy> {
-        Self::all().into_iter().find(|p| p.version == version)
+        Self::all()
+            .into_iter()
+            .chain(Self::baselines())
+            .find(|p| p.version == version)
     }
 }
 
@@ -761,6 +806,9 @@ pub fn assemble_with_policy(
     policy: &AssemblyPolicy,
     tokens: &dyn TokenCounter,
 ) -> Assembled {
+    if let Some(valuation) = policy.selection {
+        return select::assemble(snapshot, request, policy, valuation, tokens);
+    }
     let request = budget::within_policy(request, policy);
     let request = request.as_ref();
     let (budget, policy) = budget::budget_and_policy(snapshot, request, policy);

@@ -1,0 +1,264 @@
+//! Choosing lines: the valuations. Each returns which lines of each piece go; a piece with no
+//! line chosen goes as one line that says what was left out.
+//!
+//! [`by_evidence`] is the default: a line's value is the names it would add to the context
+//! (names already there add nothing, so a re-read file, a re-run command or a repeated listing
+//! goes once, newest), each weighed by how recently the history used it, whether the newest
+//! steps name it, and whether the model itself wrote it. Lines are taken by value per token,
+//! greedily with lazy re-evaluation, until the room is spent. Deterministic: ties go to the
+//! newer line.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+use super::pieces::{History, Part, Piece};
+use super::terms::Term;
+
+/// Which lines of each piece go, by piece and line.
+pub(super) struct Choice {
+    pub keep: Vec<Vec<bool>>,
+}
+
+impl Choice {
+    fn none(history: &History<'_>) -> Self {
+        let keep = history
+            .pieces
+            .iter()
+            .map(|p| vec![p.protected; p.lines.len()])
+            .collect();
+        Self { keep }
+    }
+}
+
+/// Transcript replay: every line.
+pub(super) fn everything(history: &History<'_>) -> Choice {
+    let keep = history
+        .pieces
+        .iter()
+        .map(|p| vec![true; p.lines.len()])
+        .collect();
+    Choice { keep }
+}
+
+/// Observation masking (SWE-agent's last-N history processor): every message and call whole,
+/// the newest `newest` tool results whole, older ones left out.
+pub(super) fn mask_older_outputs(history: &History<'_>, newest: usize) -> Choice {
+    let outputs = history
+        .pieces
+        .iter()
+        .filter(|p| matches!(p.part, Part::Output(_)))
+        .count();
+    let first_kept = outputs.saturating_sub(newest);
+    let mut seen = 0;
+    let keep = history
+        .pieces
+        .iter()
+        .map(|p| {
+            let whole = match p.part {
+                Part::Output(_) => {
+                    seen += 1;
+                    seen > first_kept
+                }
+                _ => true,
+            };
+            vec![whole; p.lines.len()]
+        })
+        .collect();
+    Choice { keep }
+}
+
+/// Steps whose words and calls set the focus: names they use weigh double anywhere.
+const FOCUS_STEPS: u32 = 2;
+/// How fast a name's weight falls with the steps since the history last used it.
+const NAME_DECAY: f64 = 0.85;
+/// The part of a name's weight that does not decay: an old name is still a name.
+const NAME_FLOOR: f64 = 0.25;
+/// The model's own words and calls: what it refers back to most.
+const OWN_WORDS_WEIGHT: f64 = 1.5;
+/// A result on a file the agent modified: the next edit quotes its lines.
+const IN_PLAY_WEIGHT: f64 = 2.0;
+
+/// The default valuation: lines by the weighed names they add, per token, within `room` tokens;
+/// `covered` are the names the rest of the context (protected pieces, state) already carries.
+/// A message none of whose lines is chosen is left out whole, calls and results together; the
+/// first line chosen from one pays for its framing and the placeholders of its other pieces.
+pub(super) fn by_evidence(history: &History<'_>, mut covered: HashSet<Term>, room: f64) -> Choice {
+    let mut choice = Choice::none(history);
+    let mut messages = Messages::of(history);
+    let weights = Weights::of(history);
+    for p in history.pieces.iter().filter(|p| p.protected) {
+        covered.extend(p.lines.iter().flat_map(|l| l.terms.iter().map(|&(t, _)| t)));
+    }
+    let score = |pi: usize, li: usize, covered: &HashSet<Term>, messages: &Messages| {
+        let p = &history.pieces[pi];
+        weights.value(p, li, covered) / (p.lines[li].tokens + messages.opening(p.message))
+    };
+    let mut heap: BinaryHeap<Candidate> = BinaryHeap::new();
+    for (pi, p) in history.pieces.iter().enumerate() {
+        for li in (0..p.lines.len()).filter(|_| !p.protected) {
+            let score = score(pi, li, &covered, &messages);
+            if score > 0.0 {
+                heap.push(Candidate { score, pi, li });
+            }
+        }
+    }
+    let mut room = room;
+    while let Some(top) = heap.pop() {
+        let score = score(top.pi, top.li, &covered, &messages);
+        if score <= 0.0 {
+            continue;
+        }
+        if heap.peek().is_some_and(|next| score < next.score) {
+            heap.push(Candidate { score, ..top });
+            continue;
+        }
+        let piece = &history.pieces[top.pi];
+        let line = &piece.lines[top.li];
+        let cost = line.tokens + messages.opening(piece.message);
+        if cost > room {
+            continue;
+        }
+        room -= cost;
+        messages.open(piece.message);
+        choice.keep[top.pi][top.li] = true;
+        covered.extend(line.terms.iter().map(|&(t, _)| t));
+    }
+    fill_newest_first(history, &mut choice, &mut messages, room);
+    choice
+}
+
+/// Which messages of the history are sent (have a line chosen), and what opening one costs.
+pub(super) struct Messages {
+    open: Vec<bool>,
+    cost: Vec<f64>,
+}
+
+impl Messages {
+    pub(super) fn of(history: &History<'_>) -> Self {
+        let mut open = vec![false; history.rendered.len()];
+        let mut cost: Vec<f64> = history.rendered.iter().map(|r| r.frame as f64).collect();
+        for p in &history.pieces {
+            open[p.message] |= p.protected;
+            cost[p.message] += super::PLACEHOLDER_TOKENS;
+        }
+        Self { open, cost }
+    }
+
+    /// What choosing a first line of message `i` costs beyond the line.
+    fn opening(&self, i: usize) -> f64 {
+        if self.open[i] {
+            0.0
+        } else {
+            self.cost[i]
+        }
+    }
+
+    fn open(&mut self, i: usize) {
+        self.open[i] = true;
+    }
+}
+
+/// A line waiting to be chosen, by its value per token when last evaluated.
+struct Candidate {
+    score: f64,
+    pi: usize,
+    li: usize,
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Candidate {}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Candidate {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.score
+            .total_cmp(&o.score)
+            .then(self.pi.cmp(&o.pi))
+            .then(o.li.cmp(&self.li))
+    }
+}
+
+/// What a name is worth to the next action.
+struct Weights {
+    /// Steps since the history last used each name.
+    last_used: HashMap<Term, u32>,
+    /// Names the newest steps' words and calls use.
+    focus: HashSet<Term>,
+}
+
+impl Weights {
+    fn of(history: &History<'_>) -> Self {
+        let mut last_used: HashMap<Term, u32> = HashMap::new();
+        let mut focus = HashSet::new();
+        for p in &history.pieces {
+            let own = matches!(p.part, Part::Words | Part::Arguments(_));
+            for &(t, _) in p.lines.iter().flat_map(|l| l.terms.iter()) {
+                let age = last_used.entry(t).or_insert(p.age);
+                *age = (*age).min(p.age);
+                if own && p.age < FOCUS_STEPS {
+                    focus.insert(t);
+                }
+            }
+        }
+        Self { last_used, focus }
+    }
+
+    /// The value of line `li` of `p`, given the names already covered.
+    fn value(&self, p: &Piece, li: usize, covered: &HashSet<Term>) -> f64 {
+        let value: f64 = p.lines[li]
+            .terms
+            .iter()
+            .filter(|(t, _)| !covered.contains(t))
+            .map(|&(t, shape)| shape * self.weight(t))
+            .sum();
+        value * piece_factor(p)
+    }
+
+    fn weight(&self, t: Term) -> f64 {
+        let age = self.last_used.get(&t).copied().unwrap_or(u32::MAX);
+        let recency = NAME_FLOOR + (1.0 - NAME_FLOOR) * NAME_DECAY.powi(age.min(400) as i32);
+        let focus = if self.focus.contains(&t) { 2.0 } else { 1.0 };
+        recency * focus
+    }
+}
+
+/// The model's own words count more, and a result on a file in play; of two copies the newer
+/// one wins.
+fn piece_factor(p: &Piece) -> f64 {
+    let own = match p.part {
+        Part::Words | Part::Arguments(_) => OWN_WORDS_WEIGHT,
+        Part::Output(_) if p.in_play => IN_PLAY_WEIGHT,
+        Part::Said | Part::Output(_) => 1.0,
+    };
+    own * (1.0 + 0.5 * 0.8f64.powi(p.age.min(400) as i32))
+}
+
+/// Room left once no line adds a name goes to the newest lines not yet chosen, as masking
+/// would spend it: what the names miss (a quoted phrase, a short number) is likeliest there.
+fn fill_newest_first(
+    history: &History<'_>,
+    choice: &mut Choice,
+    messages: &mut Messages,
+    mut room: f64,
+) {
+    for (pi, p) in history.pieces.iter().enumerate().rev() {
+        for (li, line) in p.lines.iter().enumerate() {
+            if room < 1.0 {
+                return;
+            }
+            let cost = line.tokens + messages.opening(p.message);
+            if !choice.keep[pi][li] && cost <= room {
+                room -= cost;
+                messages.open(p.message);
+                choice.keep[pi][li] = true;
+            }
+        }
+    }
+}

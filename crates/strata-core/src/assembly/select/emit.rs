@@ -1,0 +1,238 @@
+//! From the chosen lines back to messages: a unit per message of the history, in order, each
+//! piece whole, by its chosen lines (the gaps marked), or as one line saying what was left out;
+//! and an omission for every piece that lost lines, with the tokens it saved.
+
+use super::super::candidates::Cx;
+use super::super::{BundleMessage, Omission, OmissionReason, Tier, Unit};
+use super::choose::Choice;
+use super::pieces::{History, Part, Piece};
+use crate::tokens::{message_tokens, tool_call_tokens};
+
+/// The units of the history under `choice`, and what it left out.
+pub(super) fn units(
+    cx: &Cx<'_>,
+    history: &History<'_>,
+    choice: &Choice,
+    why: &str,
+) -> (Vec<Unit>, Vec<Omission>) {
+    let mut units = Vec::with_capacity(history.rendered.len());
+    let mut omitted = Vec::new();
+    let mut dropped = 0;
+    let mut pieces = history.pieces.iter().zip(&choice.keep).peekable();
+    for (i, rendered) in history.rendered.iter().enumerate() {
+        let mut mine = Vec::new();
+        while let Some((p, keep)) = pieces.next_if(|(p, _)| p.message == i) {
+            mine.push((p, keep.as_slice()));
+        }
+        let m = history.live[i];
+        let whole = mine.iter().all(|(_, keep)| keep.iter().all(|&k| k));
+        let protected = mine.iter().any(|(p, _)| p.protected);
+        let shown = mine.iter().any(|(_, keep)| keep.iter().any(|&k| k));
+        if !whole && !shown && !protected {
+            dropped += 1;
+            omitted.push(Omission {
+                kind: "message".into(),
+                tier: Tier::P3,
+                reason: OmissionReason::Budget,
+                source_event_ids: rendered.sources.clone(),
+                tokens: rendered.tokens,
+            });
+            continue;
+        }
+        let (messages, tokens) = if whole {
+            (rendered.messages.clone(), rendered.tokens)
+        } else {
+            cut_messages(cx, &rendered.messages, &mine)
+        };
+        for (p, keep) in mine.iter().filter(|(_, keep)| !keep.iter().all(|&k| k)) {
+            omitted.push(left_out(p, keep, &m.event_id));
+        }
+        units.push(Unit {
+            kind: if super::super::is_step(m) {
+                "step"
+            } else {
+                "said"
+            },
+            tier: if protected { Tier::P0 } else { Tier::P1 },
+            reason: match (protected, whole) {
+                (true, _) => {
+                    "the newest step, the request or an unresolved error: sent whole".into()
+                }
+                (false, true) => format!("{why}: sent whole"),
+                (false, false) => format!("{why}: the lines that carry its names"),
+            },
+            sources: rendered.sources.clone(),
+            rendering: match (whole, shown) {
+                (true, _) => "verbatim",
+                (false, true) => "lines",
+                (false, false) => "placeholder",
+            },
+            messages,
+            tokens,
+            protected: true,
+            order: (2, m.seq, 0),
+        });
+    }
+    units.extend(left_out_note(cx, dropped));
+    (units, omitted)
+}
+
+/// A note that messages were left out whole, so the model knows the history has gaps.
+fn left_out_note(cx: &Cx<'_>, dropped: usize) -> Option<Unit> {
+    if dropped == 0 {
+        return None;
+    }
+    let text = format!(
+        "[{dropped} earlier messages of this session, with their calls and results, were left \
+         out of this context; each is on the log and in the assembly record]"
+    );
+    Some(Unit {
+        kind: "left_out_note",
+        tier: Tier::P1,
+        reason: "says that the history has gaps".into(),
+        sources: Vec::new(),
+        rendering: "verbatim",
+        tokens: message_tokens(&text, cx.tokens),
+        messages: vec![BundleMessage::System { text }],
+        protected: true,
+        order: (1, 0, 5),
+    })
+}
+
+/// The messages of one history message with each piece cut to its chosen lines, and their
+/// tokens, counted as sent.
+fn cut_messages(
+    cx: &Cx<'_>,
+    messages: &[BundleMessage],
+    pieces: &[(&Piece, &[bool])],
+) -> (Vec<BundleMessage>, u64) {
+    let text_of = |part: Part| {
+        pieces
+            .iter()
+            .find(|(p, _)| p.part == part)
+            .map(|(p, keep)| shown_text(p, keep))
+    };
+    let mut out = Vec::with_capacity(messages.len());
+    let mut tokens = 0;
+    let mut outputs = 0;
+    for message in messages {
+        let cut = match message {
+            BundleMessage::Assistant { text, tool_calls } => {
+                let mut calls = tool_calls.clone();
+                for (k, c) in calls.iter_mut().enumerate() {
+                    if let Some(args) = text_of(Part::Arguments(k)) {
+                        c.arguments = args;
+                    }
+                    tokens += tool_call_tokens(&c.name, &c.arguments, cx.tokens);
+                }
+                let text = text_of(Part::Words).unwrap_or_else(|| text.clone());
+                tokens += message_tokens(&text, cx.tokens);
+                BundleMessage::Assistant {
+                    text,
+                    tool_calls: calls,
+                }
+            }
+            BundleMessage::Tool {
+                tool_call_id,
+                content,
+                is_error,
+            } => {
+                let content = text_of(Part::Output(outputs)).unwrap_or_else(|| content.clone());
+                outputs += 1;
+                tokens += message_tokens(&content, cx.tokens);
+                BundleMessage::Tool {
+                    tool_call_id: tool_call_id.clone(),
+                    content,
+                    is_error: *is_error,
+                }
+            }
+            BundleMessage::User { text } => {
+                let text = text_of(Part::Said).unwrap_or_else(|| text.clone());
+                tokens += message_tokens(&text, cx.tokens);
+                BundleMessage::User { text }
+            }
+            other => {
+                tokens += message_tokens(&other_text(other), cx.tokens);
+                other.clone()
+            }
+        };
+        out.push(cut);
+    }
+    (out, tokens)
+}
+
+fn other_text(m: &BundleMessage) -> String {
+    match m {
+        BundleMessage::System { text } | BundleMessage::Data { text, .. } => text.clone(),
+        _ => String::new(),
+    }
+}
+
+/// A piece as sent: whole, its chosen lines with the gaps marked, or one line.
+fn shown_text(p: &Piece, keep: &[bool]) -> String {
+    if keep.iter().all(|&k| k) {
+        return p.text.clone();
+    }
+    let lines = p.lines.len();
+    if !keep.iter().any(|&k| k) {
+        return placeholder(p, lines);
+    }
+    let mut out = String::new();
+    let mut gap = 0;
+    for (line, &k) in p.lines.iter().zip(keep) {
+        if !k {
+            gap += 1;
+            continue;
+        }
+        push_gap(&mut out, gap);
+        gap = 0;
+        out.push_str(&p.text[line.start..line.end]);
+    }
+    push_gap(&mut out, gap);
+    out
+}
+
+fn push_gap(out: &mut String, gap: usize) {
+    if gap == 0 {
+        return;
+    }
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(&format!("[… {gap} lines …]\n"));
+}
+
+/// What a piece with no line chosen goes as: short, and saying what is missing.
+fn placeholder(p: &Piece, lines: usize) -> String {
+    match p.part {
+        Part::Arguments(_) => {
+            serde_json::json!({ "_left_out": format!("{} chars", p.text.len()) }).to_string()
+        }
+        Part::Words if p.text.trim().is_empty() => String::new(),
+        Part::Output(_) => format!("[output left out: {lines} lines]"),
+        Part::Words | Part::Said => format!("[left out: {lines} lines]"),
+    }
+}
+
+fn left_out(p: &Piece, keep: &[bool], event_id: &str) -> Omission {
+    let dropped: f64 = p
+        .lines
+        .iter()
+        .zip(keep)
+        .filter(|(_, &k)| !k)
+        .map(|(l, _)| l.tokens)
+        .sum();
+    Omission {
+        kind: match p.part {
+            Part::Said => "message_lines",
+            Part::Words => "step_text_lines",
+            Part::Arguments(_) => "call_arguments",
+            Part::Output(_) => "tool_output_lines",
+        }
+        .into(),
+        tier: Tier::P3,
+        reason: OmissionReason::Budget,
+        source_event_ids: vec![event_id.to_owned()],
+        tokens: dropped.round() as u64,
+    }
+}

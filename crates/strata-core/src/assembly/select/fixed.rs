@@ -1,0 +1,194 @@
+//! What goes whatever the target, beside the history: the system prompt, the compaction
+//! summary, the request not yet on the log and the pending calls; under the default valuation
+//! also the unresolved errors, the task state the platform published that no message of the
+//! history says (its shortest form: the published items only), the subagents' reports the
+//! history does not carry, and what other sessions remember (memories of other scopes). A
+//! baseline gets only what a provider call needs.
+
+use std::collections::BTreeSet;
+
+use super::super::candidates::{self, Compacted, Cx};
+use super::super::state::{render_facts, render_state, subagent_unit};
+use super::super::{
+    memories, BundleMessage, Omission, OmissionReason, Tier, TimelineMessage, Unit,
+};
+use super::Valuation;
+use crate::projection::{AgentState, Sourced};
+use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
+
+/// What goes beside the history: what every context needs, and what only a cut history does.
+pub(super) struct Fixed {
+    /// Sent in every case.
+    pub always: Vec<Unit>,
+    /// Sent when the history is cut: the unresolved errors (a whole history shows them) and
+    /// other sessions' memories (a whole history goes as written, nothing stacked on it).
+    pub when_cut: Vec<Unit>,
+}
+
+pub(super) fn units(
+    cx: &Cx<'_>,
+    visible: &[TimelineMessage],
+    compaction: &mut Compacted<'_>,
+    valuation: Valuation,
+    omitted: &mut Vec<Omission>,
+) -> Fixed {
+    let mut always: Vec<Unit> = candidates::system_prompt(cx).into_iter().collect();
+    always.extend(candidates::current_request(cx));
+    always.extend(candidates::pending_calls(cx, visible));
+    let mut when_cut = Vec::new();
+    if valuation == Valuation::Evidence {
+        always.extend(compaction.summary.take());
+        always.extend(published_state(cx, &compaction.live));
+        always.extend(subagent_reports(cx, &compaction.live, omitted));
+        when_cut.extend(
+            candidates::state_units(cx)
+                .into_iter()
+                .filter(|u| u.kind == "recovery_state"),
+        );
+        when_cut.extend(other_sessions_memories(cx, compaction, omitted));
+    }
+    for u in always.iter_mut().chain(&mut when_cut) {
+        u.protected = true;
+    }
+    Fixed { always, when_cut }
+}
+
+/// A unit the context already says, or that a whole history leaves out.
+pub(super) fn restated(u: Unit) -> Omission {
+    Omission {
+        kind: u.kind.to_owned(),
+        tier: u.tier,
+        reason: OmissionReason::Redundant,
+        source_event_ids: u.sources,
+        tokens: u.tokens,
+    }
+}
+
+/// The goal, task, plan, criteria, constraints, decisions and facts published as state
+/// (`StateUpdated`) that no message of the history carries: a history sent whole does not say
+/// them, a history cut by lines might not either.
+fn published_state(cx: &Cx<'_>, live: &[&TimelineMessage]) -> Option<Unit> {
+    let in_history: BTreeSet<&str> = live
+        .iter()
+        .flat_map(|m| {
+            std::iter::once(m.event_id.as_str()).chain(m.tool_calls.iter().flat_map(|c| {
+                std::iter::once(c.request_event_id.as_str()).chain(c.result_event_id.as_deref())
+            }))
+        })
+        .collect();
+    let published = |items: &[Sourced]| -> Vec<Sourced> {
+        items
+            .iter()
+            .filter(|s| !in_history.contains(s.source_event_id.as_str()))
+            .cloned()
+            .collect()
+    };
+    let one = |item: &Option<Sourced>| {
+        item.clone()
+            .filter(|s| !in_history.contains(s.source_event_id.as_str()))
+    };
+    let s = &cx.snapshot.state;
+    let state = AgentState {
+        goal: one(&s.goal),
+        current_task: one(&s.current_task),
+        last_verifier: one(&s.last_verifier),
+        acceptance_criteria: published(&s.acceptance_criteria),
+        plan: published(&s.plan),
+        constraints: published(&s.constraints),
+        open_questions: published(&s.open_questions),
+        decisions: published(&s.decisions),
+        facts: published(&s.facts),
+        ..AgentState::default()
+    };
+    let (mut text, mut sources) = render_state(&state);
+    let (facts, fact_sources) = render_facts(&state);
+    if text.is_empty() && facts.is_empty() {
+        return None;
+    }
+    text.push_str(&facts);
+    sources.extend(fact_sources);
+    sources.sort();
+    sources.dedup();
+    Some(Unit {
+        kind: "task_state",
+        tier: Tier::P1,
+        reason: "the task state the platform published that no message says".into(),
+        sources,
+        rendering: "verbatim",
+        tokens: cx.tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS,
+        messages: vec![BundleMessage::System { text }],
+        protected: true,
+        order: (1, 0, 0),
+    })
+}
+
+/// Finished or running subagents, except a report a result in the history already carries.
+fn subagent_reports(
+    cx: &Cx<'_>,
+    live: &[&TimelineMessage],
+    omitted: &mut Vec<Omission>,
+) -> Vec<Unit> {
+    let mut units = Vec::new();
+    for (i, child) in cx.snapshot.state.subagents.iter().enumerate() {
+        let (unit, omission) = subagent_unit(child, i as u32, cx.tokens, None);
+        omitted.extend(omission);
+        let report = child
+            .report
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty());
+        let carried = report.is_some_and(|r| {
+            live.iter()
+                .flat_map(|m| m.tool_calls.iter())
+                .any(|c| c.output.as_deref().is_some_and(|o| o.contains(r)))
+        });
+        if carried {
+            omitted.push(restated(unit));
+        } else {
+            units.push(unit);
+        }
+    }
+    units
+}
+
+/// Memories of other sessions (the user's, the project's): what this one knows of the others.
+/// This session's own memories restate its history, which is a candidate itself.
+fn other_sessions_memories(
+    cx: &Cx<'_>,
+    compaction: &Compacted<'_>,
+    omitted: &mut Vec<Omission>,
+) -> Vec<Unit> {
+    let (offered, left_out) = memories::select_memories(
+        cx.snapshot,
+        &BTreeSet::new(),
+        &compaction.calls,
+        &BTreeSet::new(),
+        true,
+        cx.gate,
+        cx.tokens,
+    );
+    omitted.extend(left_out);
+    let (own, others): (Vec<Unit>, Vec<Unit>) = offered
+        .into_iter()
+        .partition(|u| memories::of_this_session(cx.snapshot, u));
+    omitted.extend(own.into_iter().map(restated));
+    others
+}
+
+/// The text of a message, for the names it carries.
+pub(super) fn message_text(m: &BundleMessage) -> String {
+    match m {
+        BundleMessage::System { text }
+        | BundleMessage::Data { text, .. }
+        | BundleMessage::User { text } => text.clone(),
+        BundleMessage::Assistant { text, tool_calls } => {
+            let mut all = text.clone();
+            for c in tool_calls {
+                all.push('\n');
+                all.push_str(&c.arguments);
+            }
+            all
+        }
+        BundleMessage::Tool { content, .. } => content.clone(),
+    }
+}

@@ -1,0 +1,155 @@
+//! One selection (`strata.assembly/12`): every piece of the history — what was said, the
+//! model's words, each call's arguments, each result — is a candidate in a few renderings
+//! (whole; the lines that carry its names; one line that says what was left out), each line
+//! with a token cost and a value for the next action. Protected content has no price: the system
+//! prompt and tools, the request, pending calls, unresolved errors with their text, the newest
+//! step, and the task state the platform published that no message says. The rest is chosen by
+//! value per token up to the target, deterministically ([`choose`]).
+//!
+//! When the whole history fits the target it goes as written, with only the published state no
+//! message says: never larger than the transcript for nothing.
+//!
+//! The baselines are valuations of the same mechanism ([`Valuation`]): transcript replay values
+//! every line, observation masking every message and the newest N results, so the default can be
+//! measured against them at equal size, not argued.
+
+mod choose;
+mod emit;
+mod fixed;
+mod pieces;
+mod terms;
+
+use std::collections::HashSet;
+
+use super::candidates::{self, Cx};
+use super::gates::{self, Gate};
+use super::selection::Selected;
+use super::{
+    budget, record, rehydration, Assembled, AssemblyPolicy, AssemblyRequest, Snapshot, Unit,
+};
+use crate::tokens::{TokenCounter, REPLY_PRIMING_TOKENS};
+
+/// What a line of history is worth: the default, or a baseline expressed in the same mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Valuation {
+    /// Names added for the next action, per token, up to the target ([`choose::by_evidence`]).
+    Evidence,
+    /// Transcript replay: everything as written.
+    Transcript,
+    /// Observation masking, SWE-agent's last-N rule: every message and call as written, tool
+    /// results older than the newest `newest` as one line.
+    MaskOlderOutputs { newest: usize },
+}
+
+/// The size the default valuation aims for when the request sets no `target_tokens`: chosen
+/// from the recall curve on the development corpus (`docs/BENCHMARKS.md`).
+pub const DEFAULT_TARGET_TOKENS: u64 = 12_000;
+
+/// Tokens a placeholder line costs, and a gap marker inside a piece sent by its lines.
+pub(super) const PLACEHOLDER_TOKENS: f64 = 8.0;
+
+/// Assembles `snapshot` under `valuation`: the phases of [`super::assemble_with_policy`] with
+/// one selection in place of the candidates and tiers.
+pub(super) fn assemble(
+    snapshot: &Snapshot,
+    request: &AssemblyRequest,
+    policy: &AssemblyPolicy,
+    valuation: Valuation,
+    tokens: &dyn TokenCounter,
+) -> Assembled {
+    let (budget, _) = budget::budget_and_policy(snapshot, request, policy);
+    let gate = Gate {
+        provider: request.provider,
+        confidential_allowed: request.confidential_allowed,
+    };
+    let (visible, mut omitted) = gates::visible_messages(snapshot, tokens);
+    let notes = gates::call_notes(snapshot, gate);
+    omitted.extend(gates::results_left_out(&visible, &notes, gate));
+    let mut rehydrations = rehydration::rehydration_plan_with_policy(snapshot, request, policy);
+    let cx = Cx {
+        snapshot,
+        request,
+        policy,
+        gate,
+        notes: &notes,
+        aging: None,
+        tokens,
+    };
+    // A compaction's summary goes, and the messages it stands in for stay candidates: they
+    // compete for the target like the rest, the summary's names counted as carried.
+    let mut compaction = candidates::Compacted {
+        applied: false,
+        live: visible.iter().collect(),
+        calls: Default::default(),
+        summary: match valuation {
+            Valuation::Evidence => candidates::compacted(&cx, &visible, &mut Vec::new()).summary,
+            _ => None,
+        },
+    };
+    let fixed = fixed::units(&cx, &visible, &mut compaction, valuation, &mut omitted);
+    let mut units = fixed.always;
+    units.extend(rehydration::raw_units(&cx, &visible, &mut rehydrations));
+    let history = pieces::split(&cx, &compaction.live);
+    let (choice, why) = match valuation {
+        Valuation::Transcript => (choose::everything(&history), "transcript replay"),
+        Valuation::MaskOlderOutputs { newest } => (
+            choose::mask_older_outputs(&history, newest),
+            "observation masking",
+        ),
+        Valuation::Evidence => {
+            let target = request
+                .target_tokens
+                .unwrap_or(DEFAULT_TARGET_TOKENS)
+                .min(budget);
+            let whole = overhead(snapshot, &units) + history.whole_tokens();
+            if whole <= target {
+                omitted.extend(fixed.when_cut.into_iter().map(fixed::restated));
+                (
+                    choose::everything(&history),
+                    "the whole history fits the target",
+                )
+            } else {
+                units.extend(fixed.when_cut);
+                let room = room(&history, overhead(snapshot, &units), target);
+                let covered = names_of(&units);
+                (
+                    choose::by_evidence(&history, covered, room),
+                    "chosen by the evidence it adds per token",
+                )
+            }
+        }
+    };
+    let (history_units, history_omitted) = emit::units(&cx, &history, &choice, why);
+    omitted.extend(history_omitted);
+    units.extend(history_units);
+    let selected = Selected {
+        tokens: overhead(snapshot, &units),
+        units,
+    };
+    rehydration::refuse_unselected(&visible, &selected.units, &mut rehydrations);
+    record::finish(&cx, budget, selected, omitted, rehydrations)
+}
+
+/// Tokens of `units` with the tool schemas and the reply's priming.
+fn overhead(snapshot: &Snapshot, units: &[Unit]) -> u64 {
+    snapshot.tools_tokens + REPLY_PRIMING_TOKENS + units.iter().map(|u| u.tokens).sum::<u64>()
+}
+
+/// The tokens the target leaves for the history's unprotected lines once `fixed` tokens and the
+/// protected messages are counted (the rest pay for their framing when chosen).
+fn room(history: &pieces::History<'_>, fixed: u64, target: u64) -> f64 {
+    let protected: u64 = history
+        .protected_messages()
+        .map(|i| history.rendered[i].tokens)
+        .sum();
+    (target as f64 - (fixed + protected) as f64).max(0.0)
+}
+
+/// The names `units` carry: what the history's lines need not add again.
+fn names_of(units: &[Unit]) -> HashSet<terms::Term> {
+    let mut found = Vec::new();
+    for m in units.iter().flat_map(|u| &u.messages) {
+        terms::terms(&fixed::message_text(m), &mut found);
+    }
+    found.into_iter().map(|(t, _)| t).collect()
+}

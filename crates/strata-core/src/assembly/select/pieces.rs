@@ -1,0 +1,272 @@
+//! The history as candidates: every message of the live history rendered whole (privacy gates
+//! and artifact previews applied, as transcript replay would send it), then cut into pieces —
+//! what a user said, the model's words, each call's arguments, each result — and each piece into
+//! lines, with their terms and an estimate of their tokens.
+
+use std::collections::BTreeSet;
+
+use super::super::candidates::Cx;
+use super::super::render::{render_message, Rendering};
+use super::super::{is_step, BundleMessage, TimelineMessage};
+use super::terms::{terms, Term};
+use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
+
+/// Which part of a message a piece is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    /// What a user, a peer or the platform said.
+    Said,
+    /// The model's own text.
+    Words,
+    /// The arguments of the message's `k`th answered call: whole or left out, never cut (they
+    /// are JSON).
+    Arguments(usize),
+    /// The result of the message's `k`th answered call.
+    Output(usize),
+}
+
+/// One line of a piece: a byte range of its text, its estimated tokens and its terms.
+pub(super) struct Line {
+    pub start: usize,
+    pub end: usize,
+    pub tokens: f64,
+    /// Distinct terms with their shape's weight.
+    pub terms: Vec<(Term, f64)>,
+}
+
+pub(super) struct Piece {
+    /// Index of its message in the live history.
+    pub message: usize,
+    pub part: Part,
+    pub text: String,
+    pub lines: Vec<Line>,
+    /// Sent whole whatever the target: the newest step, the request, an unresolved error.
+    pub protected: bool,
+    /// Steps (assistant messages) after its message.
+    pub age: u32,
+    /// A result of a call on a file the agent modified: the file in play.
+    pub in_play: bool,
+}
+
+/// A message of the live history rendered whole.
+pub(super) struct Rendered {
+    pub messages: Vec<BundleMessage>,
+    pub sources: Vec<String>,
+    pub tokens: u64,
+    /// Its framing: what its messages and calls cost with every line left out.
+    pub frame: u64,
+}
+
+/// The live history, rendered whole and cut into pieces.
+pub(super) struct History<'v> {
+    pub live: &'v [&'v TimelineMessage],
+    pub rendered: Vec<Rendered>,
+    pub pieces: Vec<Piece>,
+}
+
+impl History<'_> {
+    /// Tokens of every message sent whole.
+    pub(super) fn whole_tokens(&self) -> u64 {
+        self.rendered.iter().map(|r| r.tokens).sum()
+    }
+
+    /// The messages with a protected piece, each once.
+    pub(super) fn protected_messages(&self) -> impl Iterator<Item = usize> + '_ {
+        let mut last = None;
+        self.pieces
+            .iter()
+            .filter(|p| p.protected)
+            .map(|p| p.message)
+            .filter(move |&m| last.replace(m) != Some(m))
+    }
+}
+
+/// Renders `live` whole and cuts it into pieces.
+pub(super) fn split<'v>(cx: &Cx<'_>, live: &'v [&'v TimelineMessage]) -> History<'v> {
+    let ages = step_ages(live);
+    let protected = protected_messages(live);
+    let unresolved: BTreeSet<&str> = cx
+        .snapshot
+        .state
+        .errors
+        .iter()
+        .map(|e| e.tool_call_id.as_str())
+        .collect();
+    let modified: Vec<&str> = cx
+        .snapshot
+        .state
+        .files_modified
+        .iter()
+        .map(|f| f.text.as_str())
+        .collect();
+    let mut rendered = Vec::with_capacity(live.len());
+    let mut pieces = Vec::new();
+    for (i, m) in live.iter().enumerate() {
+        let (messages, sources, tokens) =
+            render_message(m, Rendering::Current, cx.notes, cx.gate, None, cx.tokens);
+        let bytes: usize = messages.iter().map(message_bytes).sum();
+        let frame = frame_tokens(&messages);
+        let per_byte = tokens.saturating_sub(frame) as f64 / bytes.max(1) as f64;
+        let cut = Cut {
+            message: i,
+            protected: protected.contains(&i),
+            age: ages[i],
+            per_byte,
+        };
+        let mut outputs = 0;
+        for message in &messages {
+            match message {
+                BundleMessage::Assistant { text, tool_calls } => {
+                    pieces.push(cut.piece(Part::Words, text));
+                    for (k, c) in tool_calls.iter().enumerate() {
+                        pieces.push(cut.whole(Part::Arguments(k), &c.arguments));
+                    }
+                }
+                BundleMessage::Tool {
+                    tool_call_id,
+                    content,
+                    ..
+                } => {
+                    let mut piece = cut.piece(Part::Output(outputs), content);
+                    piece.protected |= unresolved.contains(tool_call_id.as_str());
+                    piece.in_play = m
+                        .tool_calls
+                        .iter()
+                        .find(|c| &c.tool_call_id == tool_call_id)
+                        .is_some_and(|c| modified.iter().any(|f| c.args.contains(f)));
+                    pieces.push(piece);
+                    outputs += 1;
+                }
+                BundleMessage::User { text }
+                | BundleMessage::System { text }
+                | BundleMessage::Data { text, .. } => pieces.push(cut.piece(Part::Said, text)),
+            }
+        }
+        rendered.push(Rendered {
+            messages,
+            sources,
+            tokens,
+            frame,
+        });
+    }
+    History {
+        live,
+        rendered,
+        pieces,
+    }
+}
+
+/// What every piece of one message shares.
+struct Cut {
+    message: usize,
+    protected: bool,
+    age: u32,
+    per_byte: f64,
+}
+
+impl Cut {
+    /// A piece cut into lines.
+    fn piece(&self, part: Part, text: &str) -> Piece {
+        let mut lines = Vec::new();
+        let mut start = 0;
+        for line in text.split_inclusive('\n') {
+            let end = start + line.len();
+            lines.push(self.line(text, start, end));
+            start = end;
+        }
+        self.with_lines(part, text, lines)
+    }
+
+    /// A piece that is one line, however long (call arguments: JSON, whole or not at all).
+    fn whole(&self, part: Part, text: &str) -> Piece {
+        let lines = vec![self.line(text, 0, text.len())];
+        self.with_lines(part, text, lines)
+    }
+
+    fn line(&self, text: &str, start: usize, end: usize) -> Line {
+        let mut found = Vec::new();
+        terms(&text[start..end], &mut found);
+        found.sort_by_key(|&(t, _)| t);
+        found.dedup_by_key(|&mut (t, _)| t);
+        Line {
+            start,
+            end,
+            tokens: ((end - start) as f64 * self.per_byte).max(1.0),
+            terms: found,
+        }
+    }
+
+    fn with_lines(&self, part: Part, text: &str, lines: Vec<Line>) -> Piece {
+        Piece {
+            message: self.message,
+            part,
+            text: text.to_owned(),
+            lines,
+            protected: self.protected,
+            age: self.age,
+            in_play: false,
+        }
+    }
+}
+
+/// Tokens a provider is sent for messages and calls whatever their text: a message's framing,
+/// and a call's framing and name.
+fn frame_tokens(messages: &[BundleMessage]) -> u64 {
+    messages
+        .iter()
+        .map(|m| match m {
+            BundleMessage::Assistant { tool_calls, .. } => {
+                MESSAGE_OVERHEAD_TOKENS
+                    + tool_calls.len() as u64 * (MESSAGE_OVERHEAD_TOKENS + CALL_NAME_TOKENS)
+            }
+            _ => MESSAGE_OVERHEAD_TOKENS,
+        })
+        .sum()
+}
+
+/// A tool's name, as most are a token or two.
+const CALL_NAME_TOKENS: u64 = 2;
+
+fn message_bytes(m: &BundleMessage) -> usize {
+    match m {
+        BundleMessage::Assistant { text, tool_calls } => {
+            text.len() + tool_calls.iter().map(|c| c.arguments.len()).sum::<usize>()
+        }
+        BundleMessage::Tool { content, .. } => content.len(),
+        BundleMessage::User { text }
+        | BundleMessage::System { text }
+        | BundleMessage::Data { text, .. } => text.len(),
+    }
+}
+
+/// For each message, how many steps came after it.
+fn step_ages(live: &[&TimelineMessage]) -> Vec<u32> {
+    let mut after = 0u32;
+    let mut ages = vec![0; live.len()];
+    for (i, m) in live.iter().enumerate().rev() {
+        ages[i] = after;
+        if is_step(m) {
+            after += 1;
+        }
+    }
+    ages
+}
+
+/// The messages sent whole whatever the target: the newest step with a result (the
+/// observation the next action answers) and everything after it, and the newest user message
+/// (the request the agent works on).
+fn protected_messages(live: &[&TimelineMessage]) -> BTreeSet<usize> {
+    let mut protected = BTreeSet::new();
+    let observed = |m: &&TimelineMessage| m.tool_calls.iter().any(|c| !c.status.is_open());
+    let newest = live
+        .iter()
+        .rposition(|m| is_step(m) && observed(m))
+        .or_else(|| live.iter().rposition(|m| is_step(m)));
+    if let Some(newest) = newest {
+        protected.extend(newest..live.len());
+    }
+    if let Some(request) = live.iter().rposition(|m| m.role == "user") {
+        protected.insert(request);
+    }
+    protected
+}
