@@ -164,8 +164,9 @@ class PayloadTooLarge(APIError):
 
 
 class TooManyRequests(APIError):
-    """429: too many failed authentications from this address; ``retry_after`` says for how
-    long."""
+    """429: this request's key failed, and its address had too many failed authentications this
+    minute; ``retry_after`` says when failures are answered with 401 again (a valid key is always
+    served). Also: the tenant has too many events in flight."""
 
     default_status = 429
 
