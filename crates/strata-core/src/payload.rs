@@ -274,12 +274,57 @@ pub struct UserPromptSubmitted {
     pub extra: Map<String, Value>,
 }
 
+pub mod tool_args {
+    //! The arguments of a tool call: a JSON object, or null (absent) when the call has none.
+    //!
+    //! OpenAI returns `function.arguments` as the object's JSON text and most platforms forward
+    //! it as is, so a string that parses as a JSON object is taken as that object; anything else
+    //! (other text, a number, an array, a string of an array) is refused with the field's path.
+    //! The text itself is not kept: no provider needs the bytes back (OpenAI's renderer writes
+    //! the object's compact JSON text, Anthropic's the object), key order is kept, and renders
+    //! stay deterministic, so a provider's prompt cache sees the same prefix every time.
+
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Value;
+
+    /// The arguments `value` stands for, or why it stands for none.
+    pub fn normalize(value: Value) -> Result<Value, String> {
+        match value {
+            Value::Null | Value::Object(_) => Ok(value),
+            Value::String(text) => match serde_json::from_str::<Value>(&text) {
+                Ok(object @ Value::Object(_)) => Ok(object),
+                Ok(other) => Err(format!(
+                    "expected a JSON object (or its JSON text), found a string holding {}",
+                    crate::event::kind_of(&other)
+                )),
+                // Where it breaks, never the text: errors do not echo content.
+                Err(e) => Err(format!(
+                    "expected a JSON object (or its JSON text), found a string that is not \
+                     JSON (it breaks on line {}, column {})",
+                    e.line(),
+                    e.column()
+                )),
+            },
+            other => Err(format!(
+                "expected a JSON object (or its JSON text), found {}",
+                crate::event::kind_of(&other)
+            )),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+        normalize(Value::deserialize(d)?).map_err(D::Error::custom)
+    }
+}
+
 /// One tool call requested inside a model response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     pub tool_call_id: String,
     pub name: String,
-    #[serde(default)]
+    /// A JSON object, or null when the call has none; see [`tool_args`].
+    #[serde(default, deserialize_with = "tool_args::deserialize")]
     pub args: Value,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -338,7 +383,8 @@ impl ModelResponseReceived {
 pub struct ToolCallRequested {
     pub tool_call_id: String,
     pub name: String,
-    #[serde(default)]
+    /// A JSON object, or null when the call has none; see [`tool_args`].
+    #[serde(default, deserialize_with = "tool_args::deserialize")]
     pub args: Value,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
