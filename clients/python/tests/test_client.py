@@ -538,10 +538,32 @@ def test_tool_arguments_as_json_text_are_stored_as_the_object(
     assert accepted.status_code == 200, accepted.text
     refused = raw.post("/v1/events", json={"events": [event(2, "ls -la"), event(3, 42)]})
     assert refused.status_code == 400, refused.text
-    fields = [e["field"] for ev in refused.json()["error"]["details"]["events"] for e in ev["errors"]]
+    invalid = refused.json()["error"]["details"]["events"]
+    fields = [e["field"] for ev in invalid for e in ev["errors"]]
     assert fields == ["payload.tool_calls[0].args", "payload.tool_calls[0].args"]
     read = eventually(lambda: list(client.events(session_id)), lambda r: len(r) >= 1)
     (response,) = [e.payload for e in read if e.event_id == f"{session_id}-args-1"]
     assert isinstance(response, ModelResponseReceived)
     assert response.tool_calls[0].args == {"cmd": "ls -la"}
     raw.close()
+
+
+def test_an_event_id_resent_with_other_content_is_a_conflict(
+    client: strata.Client, session_id: str
+) -> None:
+    prompt = UserPromptSubmitted(message_id="m1", text="first words")
+    first = strata.EventBuilder(session_id).event(prompt)
+    (outcome,) = client.append([first])
+    assert outcome.status == "accepted"
+    (again,) = client.append([first])
+    assert again.status == "duplicate"
+
+    changed = first.model_copy(
+        update={"payload": UserPromptSubmitted(message_id="m1", text="OTHER words")}
+    )
+    with pytest.raises(strata.EventIdConflict) as caught:
+        client.append([changed])
+    (conflict,) = caught.value.events
+    assert conflict["event_id"] == first.event_id
+    assert [d["field"] for d in conflict["differs"]] in (["event"], ["payload.text"])
+    assert "OTHER" not in str(caught.value.details)

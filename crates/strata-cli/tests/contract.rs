@@ -340,3 +340,95 @@ fn import_takes_tool_arguments_as_json_text_and_names_bad_ones() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("payload.tool_calls[0].args"), "{stderr}");
 }
+
+fn prompt(id: &str, session: &str, words: &str) -> Value {
+    event(
+        id,
+        session,
+        "UserPromptSubmitted",
+        json!({"message_id": format!("m-{id}"), "text": words}),
+    )
+}
+
+#[test]
+fn an_event_id_resent_with_other_content_is_409_and_a_byte_equal_retry_a_duplicate() {
+    let dev = Dev::start(&[]);
+    let first = json!([
+        started("r1", "resend"),
+        prompt("r2", "resend", "fix the bug")
+    ]);
+    dev.post(first.clone(), 200);
+    let again = dev.post(first, 200);
+    let statuses: Vec<&str> = again["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["status"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(statuses, ["duplicate", "duplicate"], "{again}");
+
+    let changed = json!([
+        prompt("r2", "resend", "SECRET-REWRITE"),
+        prompt("r3", "resend", "next")
+    ]);
+    let body = dev.post(changed, 409);
+    assert_eq!(body["error"]["code"], "event_id_conflict", "{body}");
+    let conflict = &body["error"]["details"]["events"][0];
+    assert_eq!(conflict["event_id"], "r2", "{body}");
+    assert_eq!(conflict["index"], 0, "{body}");
+    let differs = conflict["differs"].as_array().expect("differs");
+    assert!(!differs.is_empty(), "{body}");
+    for d in differs {
+        let (stored, sent) = (d["stored_sha256"].as_str(), d["sent_sha256"].as_str());
+        assert!(
+            stored.is_some_and(|h| h.len() == 64) && stored != sent,
+            "{body}"
+        );
+    }
+    assert!(!body.to_string().contains("SECRET-REWRITE"), "{body}");
+
+    // Two versions of one new id in a batch: refused too, and nothing of it is taken.
+    let twice = json!([prompt("r4", "resend", "a"), prompt("r4", "resend", "b")]);
+    let body = dev.post(twice, 409);
+    assert_eq!(body["error"]["details"]["events"][0]["index"], 1, "{body}");
+    let events = eventually(&dev, "/v1/sessions/resend/events");
+    let ids: Vec<&str> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["event_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["r1", "r2"], "{events}");
+}
+
+#[test]
+fn import_refuses_an_event_id_it_took_with_other_content() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let file = |name: &str, words: &str| {
+        let path = dir.path().join(name);
+        let lines = [started("x1", "imp"), prompt("x2", "imp", words)].map(|mut v| {
+            v["tenant_id"] = json!("dev");
+            v.to_string()
+        });
+        std::fs::write(&path, lines.join("\n") + "\n").expect("write");
+        path
+    };
+    let (same, other) = (file("a.jsonl", "hello"), file("b.jsonl", "SECRET-OTHER"));
+    for path in [&same, &same] {
+        let out = strata(&data, &["import", path.to_str().expect("utf-8")]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = strata(&data, &["import", other.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("x2") && stderr.contains("payload.text"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("SECRET-OTHER"), "{stderr}");
+}
