@@ -432,3 +432,79 @@ fn import_refuses_an_event_id_it_took_with_other_content() {
     );
     assert!(!stderr.contains("SECRET-OTHER"), "{stderr}");
 }
+
+/// The `warnings` of each result of an accepted batch.
+fn warnings_of(body: &Value) -> Vec<Vec<String>> {
+    body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| {
+            r["warnings"]
+                .as_array()
+                .map(|w| {
+                    w.iter()
+                        .filter_map(|s| s.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn tool_result(id: &str, session: &str, call: &str) -> Value {
+    event(
+        id,
+        session,
+        "ToolCallFinished",
+        json!({"tool_call_id": call, "output": "ok", "is_error": false}),
+    )
+}
+
+#[test]
+fn ingest_warns_of_a_session_without_start_and_of_a_result_without_call() {
+    let dev = Dev::start(&[]);
+    let body = dev.post(json!([prompt("w1", "no-start", "hello")]), 200);
+    let warnings = warnings_of(&body);
+    assert!(
+        warnings[0].len() == 1 && warnings[0][0].contains("not SessionStarted"),
+        "{body}"
+    );
+
+    let body = dev.post(
+        json!([
+            started("v1", "calls"),
+            call_with("v2", "calls", json!({"cmd": "ls"})),
+            tool_result("v3", "calls", "c-v2"),
+            call_with("v4", "calls", json!({"cmd": "pwd"}))
+        ]),
+        200,
+    );
+    assert!(warnings_of(&body).iter().all(Vec::is_empty), "{body}");
+    // Once the projections are current: the open call is known, an unknown one is warned of.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = Value::Null;
+    loop {
+        // Projected, and settled: the services derive events of their own after a batch.
+        let state = dev.call("GET", "/v1/sessions/calls/state", "").body;
+        if state["head_seq"].as_u64() >= Some(4) && state["head_seq"] == last {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never projected: {state}");
+        last = state["head_seq"].clone();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let body = dev.post(
+        json!([
+            tool_result("v5", "calls", "c-v4"),
+            tool_result("v6", "calls", "c-nowhere")
+        ]),
+        200,
+    );
+    let warnings = warnings_of(&body);
+    assert!(warnings[0].is_empty(), "{body}");
+    assert!(
+        warnings[1].len() == 1 && warnings[1][0].contains("\"c-nowhere\""),
+        "{body}"
+    );
+}

@@ -39,6 +39,7 @@ pub mod derive;
 pub mod http;
 pub mod inbound;
 mod tail;
+mod warnings;
 
 use admission::{SessionLocks, TenantQuota};
 use tail::TailIndex;
@@ -186,6 +187,10 @@ pub struct Outcome {
     /// Set when the tool output was stored as an artifact.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_ref: Option<String>,
+    /// What was accepted but looks wrong (see the `warnings` module): a session that does not
+    /// start with `SessionStarted`, a tool result whose call is not open on the log.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Options of ingest.
@@ -450,6 +455,8 @@ impl Ingestor {
         }
 
         // Sequence numbers.
+        let heads_before: HashMap<(String, String), u64> =
+            heads.iter().map(|(k, h)| (k.clone(), h.seq)).collect();
         let mut outcomes: Vec<Outcome> = Vec::with_capacity(events.len());
         let mut fresh: Vec<(usize, Event)> = Vec::new();
         let mut conflicts: Vec<IdConflict> = Vec::new();
@@ -524,6 +531,7 @@ impl Ingestor {
                 partition: None,
                 offset: None,
                 output_ref: artifact_uris[index].take(),
+                warnings: Vec::new(),
             });
             fresh.push((index, event));
         }
@@ -645,6 +653,9 @@ impl Ingestor {
                 .entry(event.tenant_id.clone())
                 .or_default()
                 .push((event.event_id.clone(), accepted));
+        }
+        for (slot, warning) in warnings::of_batch(b, &fresh, &heads_before).await {
+            outcomes[slot].warnings.push(warning);
         }
         let accepted = fresh.len() as u64;
         strata_runtime::metrics::EVENTS_ACCEPTED.add(accepted);
@@ -1094,6 +1105,7 @@ fn duplicate(event_id: &str, seq: u64) -> Outcome {
         partition: None,
         offset: None,
         output_ref: None,
+        warnings: Vec::new(),
     }
 }
 
