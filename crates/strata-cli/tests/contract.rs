@@ -508,3 +508,148 @@ fn ingest_warns_of_a_session_without_start_and_of_a_result_without_call() {
         "{body}"
     );
 }
+
+#[test]
+fn a_session_reads_back_with_the_list_s_last_event_time_and_its_own_provider() {
+    let dev = Dev::start(&[]);
+    // Timestamps that do not grow with seq, one with fractional seconds.
+    let mut late = prompt("t2", "times", "first words");
+    late["timestamp"] = json!("2026-06-03T10:00:00.5Z");
+    let mut early = prompt("t3", "times", "second words");
+    early["timestamp"] = json!("2026-06-03T09:00:00Z");
+    dev.post(json!([started("t1", "times"), late, early]), 200);
+    let read = eventually(&dev, "/v1/sessions/times");
+    let list = dev.call("GET", "/v1/sessions", "").body;
+    let listed = list["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .find(|s| s["session_id"] == "times")
+        .cloned()
+        .unwrap_or_else(|| panic!("not listed: {list}"));
+    assert_eq!(
+        read["last_event_at"], listed["last_event_at"],
+        "{read}\n{listed}"
+    );
+    assert_eq!(read["last_event_at"], "2026-06-03T09:00:00Z", "{read}");
+
+    // The session started with an Anthropic model: its context is Anthropic's unless asked.
+    let context = dev.call("POST", "/v1/sessions/times/context", "{}");
+    assert_eq!(context.status, 200, "{}", context.body);
+    assert_eq!(
+        context.body["assembly"]["provider"], "anthropic",
+        "{}",
+        context.body
+    );
+    let asked = dev.call(
+        "POST",
+        "/v1/sessions/times/context",
+        r#"{"provider": "openai"}"#,
+    );
+    assert_eq!(
+        asked.body["assembly"]["provider"], "openai",
+        "{}",
+        asked.body
+    );
+}
+
+#[test]
+fn strata_dev_writes_no_colours_into_a_redirected_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("dev.log");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let mut dev = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env_remove("STRATA_LOG_FORMAT")
+        .env("STRATA_FSYNC", "never")
+        .env("RUST_LOG", "info")
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("strata dev");
+    let stdout = dev.stdout.take().expect("stdout");
+    let started = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.contains("dev api key"));
+    let _ = dev.kill();
+    let _ = dev.wait();
+    assert!(started, "strata dev did not start");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("INFO"), "nothing logged at info: {text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "ANSI escapes in a redirected log: {text:?}"
+    );
+}
+
+#[test]
+fn the_demo_hint_runs_as_printed_and_import_and_sessions_name_the_sessions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("my data");
+    let out = strata(&data, &["demo"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let hint = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Inspect it again with: "))
+        .unwrap_or_else(|| panic!("no hint in {stdout}"));
+    let bin = env!("CARGO_BIN_EXE_strata");
+    let line = hint.replacen("strata", &format!("'{bin}'"), 1);
+    let ran = Command::new("sh")
+        .args(["-c", &line])
+        .current_dir(elsewhere.path())
+        .env_remove("STRATA_DATA_DIR")
+        .env("STRATA_FSYNC", "never")
+        .output()
+        .expect("sh");
+    assert!(
+        ran.status.success(),
+        "{line}: {}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+
+    let file = dir.path().join("two.jsonl");
+    let lines = [started("s1", "alpha"), started("s2", "beta")].map(|mut v| {
+        v["tenant_id"] = json!("dev");
+        v.to_string()
+    });
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    let out = strata(&data, &["import", file.to_str().expect("utf-8")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("sessions: alpha, beta"), "{stdout}");
+
+    let out = strata(&data, &["sessions"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let ids: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(ids, ["alpha", "beta", "demo-invoice-fix"], "{listed}");
+    let out = strata(&data, &["sessions", "--json", "--tenant", "dev"]);
+    let first: Value = serde_json::from_str(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .expect("a line"),
+    )
+    .expect("json");
+    assert_eq!(first["session_id"], "alpha");
+    assert_eq!(first["tenant_id"], "dev");
+}
