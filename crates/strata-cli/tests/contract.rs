@@ -653,3 +653,58 @@ fn the_demo_hint_runs_as_printed_and_import_and_sessions_name_the_sessions() {
     assert_eq!(first["session_id"], "alpha");
     assert_eq!(first["tenant_id"], "dev");
 }
+
+#[test]
+fn a_bad_event_gets_every_problem_at_once_and_an_unknown_type_the_valid_ones() {
+    let dev = Dev::start(&[]);
+    let body = dev.post(
+        json!([
+            event("p1", "bad", "SessionStarted", json!({})),
+            event(
+                "p2",
+                "bad",
+                "ModelResponseReceived",
+                json!({"message_id": 5,
+                "tool_calls": [{"tool_call_id": "c0", "name": "run", "args": "ls"},
+                               {"tool_call_id": "c1"}]})
+            ),
+            event("p3", "bad", "ToolCallDone", json!({}))
+        ]),
+        400,
+    );
+    let per_event: Vec<Vec<String>> = body["error"]["details"]["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| {
+            e["errors"]
+                .as_array()
+                .expect("errors")
+                .iter()
+                .map(|f| f["field"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        per_event,
+        [
+            vec![
+                "payload.model",
+                "payload.context_window_tokens",
+                "payload.reserved_output_tokens"
+            ],
+            vec![
+                "payload.message_id",
+                "payload.tool_calls[0].args",
+                "payload.tool_calls[1].name"
+            ],
+            vec!["type"],
+        ],
+        "{body}"
+    );
+    let unknown = body["error"]["details"]["events"][2]["errors"][0]["message"].to_string();
+    assert!(
+        unknown.contains("SessionStarted") && unknown.contains("ToolCallFinished"),
+        "{unknown}"
+    );
+}

@@ -429,3 +429,60 @@ fn tool_arguments_that_are_no_object_are_refused_with_their_path() {
     );
     assert_eq!(errs[0].0, "payload.args", "{errs:?}");
 }
+
+fn payload_errors(ty: &str, payload: serde_json::Value) -> Vec<(String, String)> {
+    errors_of(
+        json!({"event_id": "e1", "tenant_id": "t", "session_id": "s",
+        "timestamp": "2026-06-03T10:00:00Z", "type": ty, "payload": payload}),
+    )
+}
+
+#[test]
+fn every_problem_of_a_payload_is_reported_not_just_the_first() {
+    let errs = payload_errors(
+        "ModelResponseReceived",
+        json!({"message_id": 5, "text": "ok", "usage": "lots",
+            "tool_calls": [{"tool_call_id": "c0", "name": "run", "args": 42},
+                           {"tool_call_id": "c1"}]}),
+    );
+    let fields: Vec<&str> = errs.iter().map(|(f, _)| f.as_str()).collect();
+    for f in [
+        "payload.message_id",
+        "payload.usage",
+        "payload.tool_calls[0].args",
+        "payload.tool_calls[1].name",
+    ] {
+        assert!(fields.contains(&f), "{f} not reported in {errs:?}");
+    }
+    assert_eq!(fields.len(), 4, "{errs:?}");
+}
+
+#[test]
+fn an_empty_session_started_names_each_missing_field_and_nothing_inside_them() {
+    let errs = payload_errors("SessionStarted", json!({}));
+    let fields: Vec<&str> = errs.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "payload.model",
+            "payload.context_window_tokens",
+            "payload.reserved_output_tokens"
+        ],
+        "{errs:?}"
+    );
+    assert!(errs.iter().all(|(_, m)| m == "missing field"), "{errs:?}");
+}
+
+#[test]
+fn an_unknown_type_is_answered_with_the_valid_ones() {
+    let errs = payload_errors("ToolCallDone", json!({}));
+    assert_eq!(errs[0].0, "type", "{errs:?}");
+    for t in [
+        "SessionStarted",
+        "ToolCallFinished",
+        "ProviderItemRecorded",
+        "ContextBuilt",
+    ] {
+        assert!(errs[0].1.contains(t), "{errs:?}");
+    }
+}
