@@ -202,23 +202,6 @@ async fn append_derived(
             events.retain(|(e, _)| &e.session_id != session_id);
             continue;
         }
-        // Derived again with other content than before under the same ids (the rules changed
-        // between versions): the first derivation stands, as when these were duplicates.
-        if let IngestError::IdConflict(conflicts) = &error {
-            let differing: std::collections::HashSet<usize> =
-                conflicts.iter().map(|c| c.index).collect();
-            tracing::warn!(
-                events = differing.len(),
-                "derived events differ from the ones derived before under their ids; keeping those"
-            );
-            events = events
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| !differing.contains(i))
-                .map(|(_, e)| e)
-                .collect();
-            continue;
-        }
         let passing = matches!(
             error,
             IngestError::Backend(_)

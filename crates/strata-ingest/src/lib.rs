@@ -10,7 +10,9 @@
 //!    events whose `event_id` was already accepted with the same content (they are reported as
 //!    duplicates, with the seq they got the first time), refuse an accepted `event_id` sent
 //!    with other content, or twice in the batch with different content (409
-//!    [`IngestError::IdConflict`], naming the fields that differ by hash, see [`conflict`]),
+//!    [`IngestError::IdConflict`], naming the fields that differ by hash, see [`conflict`];
+//!    derived events excepted: services name them by what they derive from, and the first
+//!    derivation stands),
 //!    assign per-session `seq` and check `expected_seq` / explicit `seq` (409 on conflict);
 //! 5. append the batch to the log (durable when this returns) and publish the new heads.
 //!
@@ -465,7 +467,8 @@ impl Ingestor {
         for (index, (mut event, expected)) in events.into_iter().enumerate() {
             let id_key = (event.tenant_id.clone(), event.event_id.clone());
             let resolved = match (seen_in_batch.get(&id_key), known.get(&id_key)) {
-                (Some(&(seq, first)), _) if sent[first] == sent[index] => {
+                // A service's derivation under an id already taken: the first one stands.
+                (Some(&(seq, first)), _) if sent[first] == sent[index] || event.is_derived() => {
                     Some(Resolution::Same(seq))
                 }
                 (Some(&(_, first)), _) => {
@@ -920,7 +923,10 @@ impl Ingestor {
         sent: &str,
         known: &Accepted,
     ) -> Result<Resolution, IngestError> {
-        if known.content_sha256.as_deref() == Some(sent) {
+        // Services derive ids from what they derive from (a compaction's cut, a memory's
+        // source): derived again with other content (other rules, a later log), the first
+        // derivation stands, as it did when every re-sent id was a duplicate.
+        if known.content_sha256.as_deref() == Some(sent) || event.is_derived() {
             let seq = match known.seq {
                 0 => self.seq_of(event).await.map_err(IngestError::Backend)?,
                 seq => seq,

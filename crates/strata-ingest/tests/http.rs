@@ -2055,3 +2055,27 @@ async fn a_context_request_naming_an_unusable_id_is_400_and_records_nothing() {
     );
     assert_eq!(h.log_len().await, before);
 }
+
+#[tokio::test]
+async fn a_service_s_derivation_under_a_taken_id_keeps_the_first() {
+    let h = Harness::new().await;
+    let superseded = |reason: &str| {
+        json!({"event_id": "mem-sup-1", "tenant_id": "acme", "session_id": "s1",
+            "timestamp": "2026-06-03T10:00:00Z", "type": "MemorySuperseded",
+            "payload": {"memory_id": "m1", "superseded_by": "m2", "reason": reason}})
+    };
+    let first = h
+        .ingestor
+        .ingest_json(&Publisher::Operator, vec![superseded("first")])
+        .await
+        .expect("accepted");
+    assert_eq!(first[0].status, "accepted");
+    // Derived again by other rules: answered as a duplicate, never a conflict.
+    let again = h
+        .ingestor
+        .ingest_json(&Publisher::Operator, vec![superseded("second")])
+        .await
+        .expect("a duplicate");
+    assert_eq!((again[0].status, again[0].seq), ("duplicate", first[0].seq));
+    assert_eq!(h.log_len().await, 1);
+}
