@@ -1,5 +1,6 @@
 //! Payloads of the v1 event types (SPEC §4). Unknown payload fields are kept in `extra`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -29,6 +30,13 @@ macro_rules! event_types {
             /// Written by a service from other events, not by an agent platform.
             pub fn is_derived(self) -> bool {
                 match self { $(EventType::$name => false $(|| $derived)?),+ }
+            }
+
+            /// The JSON Schema of this type's payload, from its Rust type (draft 2020-12, its
+            /// nested types under `$defs`): what `docs/openapi.yaml` describes (see
+            /// `crates/strata-core/tests/openapi_schema.rs`).
+            pub fn payload_schema(self) -> schemars::Schema {
+                match self { $(EventType::$name => schemars::schema_for!($ty)),+ }
             }
         }
 
@@ -228,7 +236,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// Provider and model name.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ModelRef {
     pub provider: String,
     pub model: String,
@@ -237,7 +245,7 @@ pub struct ModelRef {
 }
 
 /// A tool the model may call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolSpec {
     pub name: String,
     #[serde(default)]
@@ -249,7 +257,7 @@ pub struct ToolSpec {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SessionStarted {
     pub model: ModelRef,
     pub context_window_tokens: u32,
@@ -266,7 +274,7 @@ pub struct SessionStarted {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UserPromptSubmitted {
     pub message_id: String,
     pub text: String,
@@ -316,21 +324,29 @@ pub mod tool_args {
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
         normalize(Value::deserialize(d)?).map_err(D::Error::custom)
     }
+
+    /// The JSON Schema of what [`normalize`] takes.
+    pub(crate) fn schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // The field's doc comment gives the description.
+        schemars::json_schema!({ "type": ["object", "string", "null"] })
+    }
 }
 
 /// One tool call requested inside a model response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCall {
     pub tool_call_id: String,
     pub name: String,
-    /// A JSON object, or null when the call has none; see [`tool_args`].
+    /// A JSON object, or its JSON text (OpenAI's `function.arguments`), stored as the object;
+    /// null or absent when the call has none (see [`tool_args`]).
     #[serde(default, deserialize_with = "tool_args::deserialize")]
+    #[schemars(schema_with = "tool_args::schema")]
     pub args: Value,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -338,7 +354,7 @@ pub struct Usage {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ModelResponseReceived {
     pub message_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -379,19 +395,23 @@ impl ModelResponseReceived {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCallRequested {
     pub tool_call_id: String,
     pub name: String,
-    /// A JSON object, or null when the call has none; see [`tool_args`].
+    /// A JSON object, or its JSON text (OpenAI's `function.arguments`), stored as the object;
+    /// null or absent when the call has none (see [`tool_args`]).
     #[serde(default, deserialize_with = "tool_args::deserialize")]
+    #[schemars(schema_with = "tool_args::schema")]
     pub args: Value,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 
 /// Privacy classes of SPEC §7, from least to most protected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PrivacyClass {
     Public,
@@ -412,7 +432,7 @@ impl PrivacyClass {
 }
 
 /// Freshness classes of SPEC §6.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FreshnessClass {
     Volatile,
@@ -422,7 +442,7 @@ pub enum FreshnessClass {
     Permanent,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCallFinished {
     pub tool_call_id: String,
     /// The raw output, when small enough to travel inline.
@@ -451,7 +471,7 @@ pub struct ToolCallFinished {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCallFailed {
     pub tool_call_id: String,
     pub error: String,
@@ -461,7 +481,7 @@ pub struct ToolCallFailed {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FileRead {
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -470,7 +490,7 @@ pub struct FileRead {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FileWritten {
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -481,7 +501,7 @@ pub struct FileWritten {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DiffApplied {
     pub path: String,
     pub diff: String,
@@ -491,7 +511,7 @@ pub struct DiffApplied {
 
 /// Explicit state from the agent. Present fields replace the branch's current value; absent
 /// fields keep it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StateUpdated {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<String>,
@@ -513,7 +533,7 @@ pub struct StateUpdated {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BranchForked {
     pub new_branch_id: String,
     pub from_event_id: String,
@@ -524,7 +544,7 @@ pub struct BranchForked {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SubagentStarted {
     pub child_session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -533,7 +553,7 @@ pub struct SubagentStarted {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SubagentFinished {
     pub child_session_id: String,
     pub report: String,
@@ -544,14 +564,14 @@ pub struct SubagentFinished {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SubagentPromoted {
     pub child_session_id: String,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApprovalRequested {
     pub approval_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -563,7 +583,7 @@ pub struct ApprovalRequested {
 }
 
 /// Payload of `ApprovalGranted` and `ApprovalDenied`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApprovalDecision {
     pub approval_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -574,7 +594,7 @@ pub struct ApprovalDecision {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct VerifierFinished {
     pub check: String,
     pub result: String,
@@ -589,7 +609,7 @@ pub struct VerifierFinished {
 /// kept whole so that a platform's own history of the conversation reads back exactly as it was
 /// written (the Agents SDK session keeps Responses API items this way). The projection keeps it
 /// as an event and the assembler does not send it: what it means to a model is the provider's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ProviderItemRecorded {
     /// The format the item belongs to, as the provider renderings name it (`openai-responses`).
     pub format: String,
@@ -608,7 +628,7 @@ impl ProviderItemRecorded {
 
 /// A governed memory (SPEC §6). The extractor that writes these is its own issue; the shape is
 /// fixed here so the log can carry them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MemoryRecorded {
     pub memory_id: String,
     pub scope: String,
@@ -625,7 +645,7 @@ pub struct MemoryRecorded {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MemorySuperseded {
     pub memory_id: String,
     pub superseded_by: String,
@@ -635,7 +655,7 @@ pub struct MemorySuperseded {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CompactionCompleted {
     pub compaction_id: String,
     pub first_event_id: String,
@@ -650,7 +670,7 @@ pub struct CompactionCompleted {
 }
 
 /// An assembly was compiled for a model call; `assembly` is the full ContextAssembly record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ContextBuilt {
     pub assembly_id: String,
     pub context_tokens: u64,
