@@ -504,3 +504,66 @@ class TestErrors:
             client.events("s", page_size=10_001)
         with pytest.raises(ValueError, match="session_id"):
             client.state("")
+
+
+def test_tool_arguments_as_json_text_are_stored_as_the_object(
+    server: Server, client: strata.Client, session_id: str
+) -> None:
+    """OpenAI's `function.arguments` is JSON text; the server stores the object it holds, and
+    refuses other text with a 400 that names the field."""
+    from pydantic import ValidationError
+
+    from strata.events import ToolCall
+
+    assert ToolCall(tool_call_id="c", name="run", args='{"cmd": "ls -la"}').args == {
+        "cmd": "ls -la"
+    }
+    with pytest.raises(ValidationError, match="args"):
+        ToolCall(tool_call_id="c", name="run", args="ls -la")
+    raw = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.api_key}"})
+
+    def event(n: int, args: object) -> dict[str, object]:
+        return {
+            "event_id": f"{session_id}-args-{n}",
+            "session_id": session_id,
+            "timestamp": "2026-06-03T10:00:00Z",
+            "type": "ModelResponseReceived",
+            "payload": {
+                "message_id": f"m{n}",
+                "tool_calls": [{"tool_call_id": f"c{n}", "name": "shell", "args": args}],
+            },
+        }
+
+    accepted = raw.post("/v1/events", json={"events": [event(1, '{"cmd": "ls -la"}')]})
+    assert accepted.status_code == 200, accepted.text
+    refused = raw.post("/v1/events", json={"events": [event(2, "ls -la"), event(3, 42)]})
+    assert refused.status_code == 400, refused.text
+    invalid = refused.json()["error"]["details"]["events"]
+    fields = [e["field"] for ev in invalid for e in ev["errors"]]
+    assert fields == ["payload.tool_calls[0].args", "payload.tool_calls[0].args"]
+    read = eventually(lambda: list(client.events(session_id)), lambda r: len(r) >= 1)
+    (response,) = [e.payload for e in read if e.event_id == f"{session_id}-args-1"]
+    assert isinstance(response, ModelResponseReceived)
+    assert response.tool_calls[0].args == {"cmd": "ls -la"}
+    raw.close()
+
+
+def test_an_event_id_resent_with_other_content_is_a_conflict(
+    client: strata.Client, session_id: str
+) -> None:
+    prompt = UserPromptSubmitted(message_id="m1", text="first words")
+    first = strata.EventBuilder(session_id).event(prompt)
+    (outcome,) = client.append([first])
+    assert outcome.status == "accepted"
+    (again,) = client.append([first])
+    assert again.status == "duplicate"
+
+    changed = first.model_copy(
+        update={"payload": UserPromptSubmitted(message_id="m1", text="OTHER words")}
+    )
+    with pytest.raises(strata.EventIdConflict) as caught:
+        client.append([changed])
+    (conflict,) = caught.value.events
+    assert conflict["event_id"] == first.event_id
+    assert [d["field"] for d in conflict["differs"]] in (["event"], ["payload.text"])
+    assert "OTHER" not in str(caught.value.details)

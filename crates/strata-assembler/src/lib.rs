@@ -87,6 +87,8 @@ pub struct ContextRequest {
     pub branch: Option<String>,
     #[serde(default)]
     pub participant: Option<String>,
+    /// Payload format (default: the provider the session's `SessionStarted` named, else
+    /// `openai`).
     #[serde(default)]
     pub provider: Option<Provider>,
     /// Token budget (capped by the window minus reserved output).
@@ -396,7 +398,10 @@ impl Assembler {
                 ))
             })?,
         };
-        let provider = request.provider.unwrap_or_default();
+        let provider = match request.provider {
+            Some(p) => p,
+            None => self.session_provider(tenant, session).await?,
+        };
         let mut assembly_request = AssemblyRequest {
             provider,
             budget: request.budget,
@@ -487,6 +492,20 @@ impl Assembler {
     /// this call. Fast path: the hot state's log head against the projected seq. When the hot
     /// state does not know the head (expired, flushed) or is down, the log decides: the end of
     /// the session's partition now, against the projector's offset in the projection store.
+    /// The payload format of a session's own provider (its `SessionStarted`'s
+    /// `model.provider`): `anthropic` renders for Anthropic, anything else the default format.
+    async fn session_provider(&self, tenant: &str, session: &str) -> Result<Provider, Error> {
+        let named = self
+            .backends
+            .store
+            .session_provider(tenant, session)
+            .await?;
+        Ok(match named.as_deref() {
+            Some(p) if p.eq_ignore_ascii_case("anthropic") => Provider::Anthropic,
+            _ => Provider::default(),
+        })
+    }
+
     async fn wait_for_projection(&self, tenant: &str, session: &str) -> Result<bool, Error> {
         let b = &self.backends;
         let deadline = Instant::now() + self.options.max_projection_wait;

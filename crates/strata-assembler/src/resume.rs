@@ -67,7 +67,11 @@ pub fn view(fold: &SessionFold, main: Option<&Snapshot>, heads: &[BranchHead]) -
             "user_id": m.user_id,
         })
     });
-    let last_event_at = heads.iter().map(|h| h.last_event_at.as_str()).max();
+    // The session's head event's, as the session list has it.
+    let last_event_at = heads
+        .iter()
+        .max_by_key(|h| h.head_seq)
+        .map(|h| h.last_event_at.as_str());
     json!({
         "session_id": fold.session_id,
         "status": status(fold, main),

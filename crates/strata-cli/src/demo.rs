@@ -59,8 +59,27 @@ pub(crate) async fn run(
         a.context_tokens,
         100.0 * (1.0 - a.context_tokens as f64 / a.transcript_tokens.max(1) as f64)
     );
-    println!("Inspect it again with: strata inspect {}", a.assembly_id);
+    // Runnable as printed from any directory: the data directory is named, absolute.
+    let data_dir =
+        std::fs::canonicalize(&backends.data_dir).unwrap_or_else(|_| backends.data_dir.clone());
+    println!(
+        "Inspect it again with: strata --data-dir {} inspect {}",
+        shell_word(&data_dir.display().to_string()),
+        a.assembly_id
+    );
     Ok(())
+}
+
+/// `s` as one shell word: as is when it is plain, else single-quoted.
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:,@%=".contains(&b));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 /// Builds the demo session's events (deterministic: same ids, same bytes every time).

@@ -303,6 +303,7 @@ fn print_summary(
             report.sessions.len(),
             report.event_count(),
         );
+        println!("  {}", session_list(&report.sessions));
         if report.orphan_results > 0 || report.calls_without_result > 0 {
             println!(
                 "  {} result(s) without their call (kept, marked orphans), {} call(s) without a \
@@ -321,4 +322,23 @@ fn print_summary(
     }
     println!("imported {accepted} event(s), {duplicates} duplicate(s) skipped");
     Ok(())
+}
+
+/// Most session ids a file's line of the human output names.
+const SESSIONS_SHOWN: usize = 20;
+
+/// `sessions: a, b, …`, so that the next command (`strata context a`) can be typed.
+fn session_list(sessions: &[String]) -> String {
+    let shown: Vec<&str> = sessions
+        .iter()
+        .take(SESSIONS_SHOWN)
+        .map(String::as_str)
+        .collect();
+    let more = sessions.len().saturating_sub(SESSIONS_SHOWN);
+    let tail = if more > 0 {
+        format!(" and {more} more (strata sessions lists them)")
+    } else {
+        String::new()
+    };
+    format!("sessions: {}{tail}", shown.join(", "))
 }

@@ -75,6 +75,15 @@ enum Command {
     /// Import trajectories: canonical JSONL, or the formats agent harnesses write (Claude Code,
     /// Codex, OpenAI chat and Responses items, SWE-agent, mini-swe-agent). Idempotent.
     Import(import::ImportArgs),
+    /// List the sessions: id, tenant, events, head seq, last event time, model.
+    Sessions {
+        /// Only this tenant's sessions [default: every tenant's].
+        #[arg(long)]
+        tenant: Option<String>,
+        /// One JSON object per session and line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Export a session's events as canonical JSONL.
     Export {
         session: String,
@@ -272,9 +281,9 @@ struct ContextArgs {
     #[arg(long)]
     participant: Option<String>,
     /// Payload format: openai (chat completions), openai-responses (the Responses API) or
-    /// anthropic.
-    #[arg(long, default_value = "openai")]
-    provider: Provider,
+    /// anthropic [default: the provider the session started with, else openai].
+    #[arg(long)]
+    provider: Option<Provider>,
     /// Token budget (default: the window minus reserved output).
     #[arg(long)]
     budget: Option<u64>,
@@ -305,7 +314,7 @@ impl ContextArgs {
         ContextRequest {
             branch: self.branch.clone(),
             participant: self.participant.clone(),
-            provider: Some(self.provider),
+            provider: self.provider,
             budget: self.budget,
             request: self.request.clone(),
             verbatim_turns: None,
@@ -492,6 +501,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Import(args) => {
             let backends = open_current(opts, wait, "strata import").await?;
             import::import(&backends, wait, &args).await
+        }
+        Command::Sessions { tenant, json } => {
+            let backends = open_current(opts, wait, "strata sessions").await?;
+            view::print_sessions(&backends, tenant, json).await
         }
         Command::Export {
             session,

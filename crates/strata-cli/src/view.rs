@@ -190,3 +190,71 @@ pub(crate) fn truncate_label(label: &str, width: usize) -> String {
     let end: String = label.chars().skip(n - tail).collect();
     format!("{start}…{end}")
 }
+
+/// Sessions read from the store per page by `strata sessions`.
+const SESSIONS_PAGE: u32 = 500;
+
+/// `strata sessions`: every session of `tenant` (or of every tenant), a line each, oldest id
+/// first; with `as_json`, one JSON object per line.
+pub(crate) async fn print_sessions(
+    backends: &strata_runtime::Backends,
+    tenant: Option<String>,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let tenants = match tenant {
+        Some(t) => vec![t],
+        None => backends.store.tenants().await?,
+    };
+    let mut listed = 0usize;
+    for tenant in &tenants {
+        let mut after: Option<String> = None;
+        loop {
+            let page = backends
+                .store
+                .sessions_listing(tenant, after.as_deref(), SESSIONS_PAGE, None)
+                .await?;
+            for s in &page {
+                print_session(tenant, s, as_json)?;
+            }
+            listed += page.len();
+            if page.len() < SESSIONS_PAGE as usize {
+                break;
+            }
+            after = page.last().map(|s| s.session_id.clone());
+        }
+    }
+    if listed == 0 && !as_json {
+        eprintln!("no sessions (strata import or strata demo writes some)");
+    }
+    Ok(())
+}
+
+fn print_session(
+    tenant: &str,
+    s: &strata_store::SessionListing,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    if as_json {
+        let line = json!({
+            "tenant_id": tenant,
+            "session_id": s.session_id,
+            "head_seq": s.head_seq,
+            "event_count": s.event_count,
+            "last_event_at": s.last_event_at,
+            "model": s.model,
+            "participants": s.participants,
+        });
+        println!("{}", serde_json::to_string(&line)?);
+        return Ok(());
+    }
+    println!(
+        "{}  {}  {} event(s)  seq {}  last {}  {}",
+        s.session_id,
+        tenant,
+        s.event_count,
+        s.head_seq,
+        s.last_event_at.as_deref().unwrap_or("-"),
+        s.model.as_deref().unwrap_or("-"),
+    );
+    Ok(())
+}

@@ -210,16 +210,13 @@ impl Event {
             None => None,
             Some(name) => match EventType::parse(&name) {
                 None => {
-                    errors.push(FieldError::new(
-                        "type",
-                        format!("unknown event type {name:?}"),
-                    ));
+                    errors.push(unknown_type(&name));
                     None
                 }
-                Some(ty) => match Payload::from_json(ty, payload_value) {
+                Some(ty) => match Payload::from_json(ty, payload_value.clone()) {
                     Ok(p) => Some(p),
-                    Err(e) => {
-                        errors.push(e);
+                    Err(first) => {
+                        errors.extend(payload_problems(ty, payload_value, first));
                         None
                     }
                 },
@@ -346,6 +343,148 @@ impl<'de> Deserialize<'de> for Event {
         let v = Value::deserialize(d)?;
         Event::from_json(v, None).map_err(serde::de::Error::custom)
     }
+}
+
+/// The error of an unknown `type`, naming the valid ones (never at length: a type name is
+/// capped by [`FieldError`]).
+fn unknown_type(name: &str) -> FieldError {
+    let names = |derived: bool| -> Vec<&str> {
+        EventType::ALL
+            .iter()
+            .filter(|t| t.is_derived() == derived)
+            .map(|t| t.as_str())
+            .collect()
+    };
+    FieldError::new(
+        "type",
+        format!(
+            "unknown event type {name:?}; the valid types are {}, and, written by Strata's \
+             services only, {}",
+            names(false).join(", "),
+            names(true).join(", ")
+        ),
+    )
+}
+
+/// Most problems of one payload reported, and most fields stood in for to find them.
+const MAX_PAYLOAD_PROBLEMS: usize = 32;
+const MAX_STAND_INS: usize = 128;
+
+/// Every problem serde finds in a payload, `first` first, not just the first: the field of each
+/// problem is stood in for (removed, or given a value of another JSON type) and the payload
+/// parsed again, until it parses or no stand-in gets past the field. Problems inside a stand-in
+/// (the fields of a `{}` put for a missing object) are the stand-in's, not the sender's: they
+/// are stood in for in turn but not reported.
+fn payload_problems(ty: EventType, mut value: Value, first: FieldError) -> Vec<FieldError> {
+    let mut problems = Vec::new();
+    let mut stood_in: Vec<String> = Vec::new();
+    let mut current = first;
+    for _ in 0..MAX_STAND_INS {
+        if !stood_in.iter().any(|p| is_under(&current.field, p)) {
+            problems.push(current.clone());
+            if problems.len() == MAX_PAYLOAD_PROBLEMS {
+                break;
+            }
+        }
+        // The payload itself is wrong (not an object): nothing lies past it.
+        let Some(path) = current.field.strip_prefix("payload.").map(path_segments) else {
+            break;
+        };
+        let Some((repaired, next)) = stand_in(ty, &value, &path, &current.field) else {
+            break;
+        };
+        value = repaired;
+        stood_in.push(current.field.clone());
+        match next {
+            Some(e) => current = e,
+            None => break,
+        }
+    }
+    problems
+}
+
+/// `value` with the field at `path` removed or replaced so that serde gets past `field`, and
+/// the next problem serde finds then (`None`: it parses).
+fn stand_in(
+    ty: EventType,
+    value: &Value,
+    path: &[Segment],
+    field: &str,
+) -> Option<(Value, Option<FieldError>)> {
+    let stand_ins = [
+        None,
+        Some(Value::String(String::new())),
+        Some(Value::from(0)),
+        Some(Value::Bool(false)),
+        Some(Value::Object(Map::new())),
+        Some(Value::Array(Vec::new())),
+    ];
+    stand_ins.into_iter().find_map(|s| {
+        let mut v = value.clone();
+        set_at(&mut v, path, s)?;
+        match Payload::from_json(ty, v.clone()) {
+            Ok(_) => Some((v, None)),
+            Err(e) if e.field != field => Some((v, Some(e))),
+            Err(_) => None,
+        }
+    })
+}
+
+/// Whether `field` is `parent` or lies inside it.
+fn is_under(field: &str, parent: &str) -> bool {
+    field
+        .strip_prefix(parent)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+}
+
+/// One step of a field path as [`parse_at`] names it: `tool_calls[1].args`.
+#[derive(Debug, PartialEq)]
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+fn path_segments(path: &str) -> Vec<Segment> {
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        let (key, mut rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
+        if !key.is_empty() {
+            out.push(Segment::Key(key.to_owned()));
+        }
+        while let Some((index, after)) = rest.split_once(']') {
+            match index.parse() {
+                Ok(i) => out.push(Segment::Index(i)),
+                Err(_) => out.push(Segment::Key(index.to_owned())),
+            }
+            rest = after.strip_prefix('[').unwrap_or(after);
+        }
+    }
+    out
+}
+
+/// Sets (or, with `None`, removes) the field at `path`; `None` when the path does not lead
+/// through objects and arrays of `value`.
+fn set_at(value: &mut Value, path: &[Segment], new: Option<Value>) -> Option<()> {
+    let (last, parents) = path.split_last()?;
+    let mut at = value;
+    for segment in parents {
+        at = match segment {
+            Segment::Key(k) => at.as_object_mut()?.get_mut(k)?,
+            Segment::Index(i) => at.as_array_mut()?.get_mut(*i)?,
+        };
+    }
+    match (last, new) {
+        (Segment::Key(k), Some(v)) => {
+            at.as_object_mut()?.insert(k.clone(), v);
+        }
+        (Segment::Key(k), None) => {
+            at.as_object_mut()?.shift_remove(k)?;
+        }
+        (Segment::Index(i), Some(v)) => *at.as_array_mut()?.get_mut(*i)? = v,
+        // An array item cannot be left out without moving the ones after it.
+        (Segment::Index(_), None) => return None,
+    }
+    Some(())
 }
 
 /// Formats a timestamp the way the contract writes it: RFC 3339, UTC, `Z`, only as many

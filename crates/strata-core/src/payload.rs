@@ -1,5 +1,6 @@
 //! Payloads of the v1 event types (SPEC §4). Unknown payload fields are kept in `extra`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -29,6 +30,13 @@ macro_rules! event_types {
             /// Written by a service from other events, not by an agent platform.
             pub fn is_derived(self) -> bool {
                 match self { $(EventType::$name => false $(|| $derived)?),+ }
+            }
+
+            /// The JSON Schema of this type's payload, from its Rust type (draft 2020-12, its
+            /// nested types under `$defs`): what `docs/openapi.yaml` describes (see
+            /// `crates/strata-core/tests/openapi_schema.rs`).
+            pub fn payload_schema(self) -> schemars::Schema {
+                match self { $(EventType::$name => schemars::schema_for!($ty)),+ }
             }
         }
 
@@ -228,7 +236,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// Provider and model name.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ModelRef {
     pub provider: String,
     pub model: String,
@@ -237,7 +245,7 @@ pub struct ModelRef {
 }
 
 /// A tool the model may call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolSpec {
     pub name: String,
     #[serde(default)]
@@ -249,7 +257,7 @@ pub struct ToolSpec {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SessionStarted {
     pub model: ModelRef,
     pub context_window_tokens: u32,
@@ -266,7 +274,7 @@ pub struct SessionStarted {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UserPromptSubmitted {
     pub message_id: String,
     pub text: String,
@@ -274,18 +282,71 @@ pub struct UserPromptSubmitted {
     pub extra: Map<String, Value>,
 }
 
+pub mod tool_args {
+    //! The arguments of a tool call: a JSON object, or null (absent) when the call has none.
+    //!
+    //! OpenAI returns `function.arguments` as the object's JSON text and most platforms forward
+    //! it as is, so a string that parses as a JSON object is taken as that object; anything else
+    //! (other text, a number, an array, a string of an array) is refused with the field's path.
+    //! The text itself is not kept: no provider needs the bytes back (OpenAI's renderer writes
+    //! the object's compact JSON text, Anthropic's the object), key order is kept, and renders
+    //! stay deterministic, so a provider's prompt cache sees the same prefix every time.
+
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Value;
+
+    /// The arguments `value` stands for, or why it stands for none.
+    pub fn normalize(value: Value) -> Result<Value, String> {
+        match value {
+            Value::Null | Value::Object(_) => Ok(value),
+            Value::String(text) => match serde_json::from_str::<Value>(&text) {
+                Ok(object @ Value::Object(_)) => Ok(object),
+                Ok(other) => Err(format!(
+                    "expected a JSON object (or its JSON text), found a string holding {}",
+                    crate::event::kind_of(&other)
+                )),
+                // Where it breaks, never the text: errors do not echo content.
+                Err(e) => Err(format!(
+                    "expected a JSON object (or its JSON text), found a string that is not \
+                     JSON (it breaks on line {}, column {})",
+                    e.line(),
+                    e.column()
+                )),
+            },
+            other => Err(format!(
+                "expected a JSON object (or its JSON text), found {}",
+                crate::event::kind_of(&other)
+            )),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+        normalize(Value::deserialize(d)?).map_err(D::Error::custom)
+    }
+
+    /// The JSON Schema of what [`normalize`] takes.
+    pub(crate) fn schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // The field's doc comment gives the description.
+        schemars::json_schema!({ "type": ["object", "string", "null"] })
+    }
+}
+
 /// One tool call requested inside a model response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCall {
     pub tool_call_id: String,
     pub name: String,
-    #[serde(default)]
+    /// A JSON object, or its JSON text (OpenAI's `function.arguments`), stored as the object;
+    /// null or absent when the call has none (see [`tool_args`]).
+    #[serde(default, deserialize_with = "tool_args::deserialize")]
+    #[schemars(schema_with = "tool_args::schema")]
     pub args: Value,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -293,7 +354,7 @@ pub struct Usage {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ModelResponseReceived {
     pub message_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -334,18 +395,23 @@ impl ModelResponseReceived {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCallRequested {
     pub tool_call_id: String,
     pub name: String,
-    #[serde(default)]
+    /// A JSON object, or its JSON text (OpenAI's `function.arguments`), stored as the object;
+    /// null or absent when the call has none (see [`tool_args`]).
+    #[serde(default, deserialize_with = "tool_args::deserialize")]
+    #[schemars(schema_with = "tool_args::schema")]
     pub args: Value,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 
 /// Privacy classes of SPEC §7, from least to most protected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PrivacyClass {
     Public,
@@ -366,7 +432,7 @@ impl PrivacyClass {
 }
 
 /// Freshness classes of SPEC §6.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FreshnessClass {
     Volatile,
@@ -376,7 +442,7 @@ pub enum FreshnessClass {
     Permanent,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCallFinished {
     pub tool_call_id: String,
     /// The raw output, when small enough to travel inline.
@@ -405,7 +471,7 @@ pub struct ToolCallFinished {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCallFailed {
     pub tool_call_id: String,
     pub error: String,
@@ -415,7 +481,7 @@ pub struct ToolCallFailed {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FileRead {
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -424,7 +490,7 @@ pub struct FileRead {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FileWritten {
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -435,7 +501,7 @@ pub struct FileWritten {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DiffApplied {
     pub path: String,
     pub diff: String,
@@ -445,7 +511,7 @@ pub struct DiffApplied {
 
 /// Explicit state from the agent. Present fields replace the branch's current value; absent
 /// fields keep it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StateUpdated {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<String>,
@@ -467,7 +533,7 @@ pub struct StateUpdated {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BranchForked {
     pub new_branch_id: String,
     pub from_event_id: String,
@@ -478,7 +544,7 @@ pub struct BranchForked {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SubagentStarted {
     pub child_session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -487,7 +553,7 @@ pub struct SubagentStarted {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SubagentFinished {
     pub child_session_id: String,
     pub report: String,
@@ -498,14 +564,14 @@ pub struct SubagentFinished {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SubagentPromoted {
     pub child_session_id: String,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApprovalRequested {
     pub approval_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -517,7 +583,7 @@ pub struct ApprovalRequested {
 }
 
 /// Payload of `ApprovalGranted` and `ApprovalDenied`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApprovalDecision {
     pub approval_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -528,7 +594,7 @@ pub struct ApprovalDecision {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct VerifierFinished {
     pub check: String,
     pub result: String,
@@ -543,7 +609,7 @@ pub struct VerifierFinished {
 /// kept whole so that a platform's own history of the conversation reads back exactly as it was
 /// written (the Agents SDK session keeps Responses API items this way). The projection keeps it
 /// as an event and the assembler does not send it: what it means to a model is the provider's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ProviderItemRecorded {
     /// The format the item belongs to, as the provider renderings name it (`openai-responses`).
     pub format: String,
@@ -562,7 +628,7 @@ impl ProviderItemRecorded {
 
 /// A governed memory (SPEC §6). The extractor that writes these is its own issue; the shape is
 /// fixed here so the log can carry them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MemoryRecorded {
     pub memory_id: String,
     pub scope: String,
@@ -579,7 +645,7 @@ pub struct MemoryRecorded {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MemorySuperseded {
     pub memory_id: String,
     pub superseded_by: String,
@@ -589,7 +655,7 @@ pub struct MemorySuperseded {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CompactionCompleted {
     pub compaction_id: String,
     pub first_event_id: String,
@@ -604,7 +670,7 @@ pub struct CompactionCompleted {
 }
 
 /// An assembly was compiled for a model call; `assembly` is the full ContextAssembly record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ContextBuilt {
     pub assembly_id: String,
     pub context_tokens: u64,

@@ -121,7 +121,7 @@ fn varied_events() -> Vec<Event> {
         ("ModelResponseReceived", json!({"message_id": "a2"})),
         (
             "ToolCallRequested",
-            json!({"tool_call_id": "c", "name": "run", "args": "plain"}),
+            json!({"tool_call_id": "c", "name": "run", "args": "{\"q\": \"plain\"}"}),
         ),
         (
             "ToolCallFinished",
@@ -352,5 +352,137 @@ fn a_response_names_the_assembly_it_answers_or_is_refused_naming_the_field() {
         assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
         assert_eq!(errors[0].0, "payload.assembly_id", "{bad}");
         assert!(errors[0].1.contains("asm_"), "{bad}: {}", errors[0].1);
+    }
+}
+
+fn with_calls(args: serde_json::Value) -> serde_json::Value {
+    json!({"event_id": "e1", "tenant_id": "t", "session_id": "s", "timestamp": "2026-06-03T10:00:00Z",
+        "type": "ModelResponseReceived",
+        "payload": {"message_id": "m", "tool_calls": [
+            {"tool_call_id": "c0", "name": "ok", "args": {}},
+            {"tool_call_id": "c1", "name": "shell", "args": args}]}})
+}
+
+#[test]
+fn tool_arguments_as_json_text_are_stored_as_the_object() {
+    let text = r#"{"cmd": "ls -la", "n": 2, "a": [1]}"#;
+    let e = Event::from_json(with_calls(json!(text)), None).unwrap();
+    let Payload::ModelResponseReceived(p) = &e.payload else {
+        panic!("wrong payload")
+    };
+    assert_eq!(
+        p.tool_calls[1].args,
+        json!({"cmd": "ls -la", "n": 2, "a": [1]})
+    );
+    // Key order is the text's.
+    let keys: Vec<&String> = p.tool_calls[1].args.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["cmd", "n", "a"]);
+    // The canonical form holds the object, so it reads back the same.
+    assert_eq!(Event::from_json(e.to_json(), None).unwrap(), e);
+
+    let requested = json!({"event_id": "e2", "tenant_id": "t", "session_id": "s",
+        "timestamp": "2026-06-03T10:00:00Z", "type": "ToolCallRequested",
+        "payload": {"tool_call_id": "c2", "name": "shell", "args": "{\"cmd\":\"pwd\"}"}});
+    let e = Event::from_json(requested, None).unwrap();
+    assert_eq!(e.to_json()["payload"]["args"], json!({"cmd": "pwd"}));
+}
+
+#[test]
+fn absent_or_null_tool_arguments_stay_null() {
+    for args in [None, Some(json!(null))] {
+        let mut v = with_calls(json!({}));
+        match args {
+            Some(a) => v["payload"]["tool_calls"][1]["args"] = a,
+            None => {
+                v["payload"]["tool_calls"][1]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("args");
+            }
+        }
+        let e = Event::from_json(v, None).unwrap();
+        assert_eq!(e.to_json()["payload"]["tool_calls"][1]["args"], json!(null));
+    }
+}
+
+#[test]
+fn tool_arguments_that_are_no_object_are_refused_with_their_path() {
+    for (args, says) in [
+        (json!("ls -la"), "not JSON"),
+        (json!("[1, 2]"), "found a string holding an array"),
+        (json!("\"{}\""), "found a string holding a string"),
+        (json!(""), "not JSON"),
+        (json!(42), "found a number"),
+        (json!([{"cmd": "ls"}]), "found an array"),
+        (json!(true), "found a boolean"),
+    ] {
+        let errs = errors_of(with_calls(args.clone()));
+        assert_eq!(errs.len(), 1, "{args}: {errs:?}");
+        assert_eq!(errs[0].0, "payload.tool_calls[1].args", "{args}: {errs:?}");
+        assert!(errs[0].1.contains(says), "{args}: {errs:?}");
+        assert!(!errs[0].1.contains("ls -la"), "content echoed: {errs:?}");
+    }
+    let errs = errors_of(
+        json!({"event_id": "e2", "tenant_id": "t", "session_id": "s",
+        "timestamp": "2026-06-03T10:00:00Z", "type": "ToolCallRequested",
+        "payload": {"tool_call_id": "c2", "name": "shell", "args": 7}}),
+    );
+    assert_eq!(errs[0].0, "payload.args", "{errs:?}");
+}
+
+fn payload_errors(ty: &str, payload: serde_json::Value) -> Vec<(String, String)> {
+    errors_of(
+        json!({"event_id": "e1", "tenant_id": "t", "session_id": "s",
+        "timestamp": "2026-06-03T10:00:00Z", "type": ty, "payload": payload}),
+    )
+}
+
+#[test]
+fn every_problem_of_a_payload_is_reported_not_just_the_first() {
+    let errs = payload_errors(
+        "ModelResponseReceived",
+        json!({"message_id": 5, "text": "ok", "usage": "lots",
+            "tool_calls": [{"tool_call_id": "c0", "name": "run", "args": 42},
+                           {"tool_call_id": "c1"}]}),
+    );
+    let fields: Vec<&str> = errs.iter().map(|(f, _)| f.as_str()).collect();
+    for f in [
+        "payload.message_id",
+        "payload.usage",
+        "payload.tool_calls[0].args",
+        "payload.tool_calls[1].name",
+    ] {
+        assert!(fields.contains(&f), "{f} not reported in {errs:?}");
+    }
+    assert_eq!(fields.len(), 4, "{errs:?}");
+}
+
+#[test]
+fn an_empty_session_started_names_each_missing_field_and_nothing_inside_them() {
+    let errs = payload_errors("SessionStarted", json!({}));
+    let fields: Vec<&str> = errs.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "payload.model",
+            "payload.context_window_tokens",
+            "payload.reserved_output_tokens"
+        ],
+        "{errs:?}"
+    );
+    assert!(errs.iter().all(|(_, m)| m == "missing field"), "{errs:?}");
+}
+
+#[test]
+fn an_unknown_type_is_answered_with_the_valid_ones() {
+    let errs = payload_errors("ToolCallDone", json!({}));
+    assert_eq!(errs[0].0, "type", "{errs:?}");
+    for t in [
+        "SessionStarted",
+        "ToolCallFinished",
+        "ProviderItemRecorded",
+        "ContextBuilt",
+    ] {
+        assert!(errs[0].1.contains(t), "{errs:?}");
     }
 }

@@ -176,12 +176,12 @@ pub trait HotState: Debug + Send + Sync + 'static {
     /// and the log instead of trusting a value that may hand out a seq twice.
     async fn forget_log_head(&self, tenant: &str, session: &str, expected: u64) -> Result<bool>;
 
-    /// The seq an accepted event got, if this cache knows the event id (`None`: unknown here, or
-    /// expired; callers fall back to the projections).
-    async fn accepted_seq(&self, tenant: &str, event_id: &str) -> Result<Option<u64>>;
+    /// What this cache knows of an accepted event id (`None`: unknown here, or expired; callers
+    /// fall back to the projections).
+    async fn accepted_event(&self, tenant: &str, event_id: &str) -> Result<Option<Accepted>>;
 
-    /// Remembers accepted event ids with their seqs.
-    async fn remember_accepted(&self, tenant: &str, events: &[(String, u64)]) -> Result<()>;
+    /// Remembers accepted event ids with their seqs and content hashes.
+    async fn remember_accepted(&self, tenant: &str, events: &[(String, Accepted)]) -> Result<()>;
 
     /// Publishes what the projector folded for a session.
     async fn put_projected(
@@ -237,6 +237,38 @@ pub(crate) fn redact_url(url: &str) -> String {
 
 type Key = (String, String);
 
+/// An accepted event as the hot state remembers it: enough to answer a re-sent id as a duplicate
+/// (same content) or a conflict (other content) without reading the event back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    pub seq: u64,
+    /// Hex SHA-256 of the event's content as ingest compares it; `None` when remembered by a
+    /// version that did not keep it (the caller then reads the event back).
+    pub content_sha256: Option<String>,
+}
+
+impl Accepted {
+    /// The form kept in a string-valued store: `seq` or `seq:sha256`.
+    pub fn encode(&self) -> String {
+        match &self.content_sha256 {
+            Some(sha) => format!("{}:{sha}", self.seq),
+            None => self.seq.to_string(),
+        }
+    }
+
+    /// Reads [`Accepted::encode`]'s form back; `None` when it is not that form.
+    pub fn decode(text: &str) -> Option<Accepted> {
+        let (seq, sha) = match text.split_once(':') {
+            Some((seq, sha)) => (seq, Some(sha.to_owned())),
+            None => (text, None),
+        };
+        Some(Accepted {
+            seq: seq.parse().ok()?,
+            content_sha256: sha,
+        })
+    }
+}
+
 /// In-process hot state. Lost on restart by design: the embedded runtime brings the projections
 /// up to the log head before it serves, and misses fall back to them.
 ///
@@ -255,23 +287,23 @@ pub const ACCEPTED_PER_GENERATION: usize = 250_000;
 
 #[derive(Debug, Default)]
 struct Generations {
-    current: HashMap<Key, u64>,
-    previous: HashMap<Key, u64>,
+    current: HashMap<Key, Accepted>,
+    previous: HashMap<Key, Accepted>,
 }
 
 impl Generations {
-    fn get(&self, k: &Key) -> Option<u64> {
+    fn get(&self, k: &Key) -> Option<Accepted> {
         self.current
             .get(k)
             .or_else(|| self.previous.get(k))
-            .copied()
+            .cloned()
     }
 
-    fn insert(&mut self, k: Key, seq: u64) {
+    fn insert(&mut self, k: Key, accepted: Accepted) {
         if self.current.len() >= ACCEPTED_PER_GENERATION {
             self.previous = std::mem::take(&mut self.current);
         }
-        self.current.insert(k, seq);
+        self.current.insert(k, accepted);
     }
 }
 
@@ -332,14 +364,14 @@ impl HotState for MemoryHotState {
         Ok(true)
     }
 
-    async fn accepted_seq(&self, tenant: &str, event_id: &str) -> Result<Option<u64>> {
+    async fn accepted_event(&self, tenant: &str, event_id: &str) -> Result<Option<Accepted>> {
         Ok(self.accepted.read().await.get(&key(tenant, event_id)))
     }
 
-    async fn remember_accepted(&self, tenant: &str, events: &[(String, u64)]) -> Result<()> {
+    async fn remember_accepted(&self, tenant: &str, events: &[(String, Accepted)]) -> Result<()> {
         let mut accepted = self.accepted.write().await;
-        for (id, seq) in events {
-            accepted.insert(key(tenant, id), *seq);
+        for (id, a) in events {
+            accepted.insert(key(tenant, id), a.clone());
         }
         Ok(())
     }
@@ -380,10 +412,19 @@ impl HotState for MemoryHotState {
 mod tests {
     #[tokio::test]
     async fn memory_accepted_ids_stay_bounded() {
-        use super::{HotState, MemoryHotState, ACCEPTED_PER_GENERATION};
+        use super::{Accepted, HotState, MemoryHotState, ACCEPTED_PER_GENERATION};
         let hot = MemoryHotState::default();
-        let ids: Vec<(String, u64)> = (0..ACCEPTED_PER_GENERATION as u64 * 2 + 10)
-            .map(|i| (format!("e{i}"), i))
+        let ids: Vec<(String, Accepted)> = (0..ACCEPTED_PER_GENERATION as u64 * 2 + 10)
+            .map(|seq| {
+                let content_sha256 = None;
+                (
+                    format!("e{seq}"),
+                    Accepted {
+                        seq,
+                        content_sha256,
+                    },
+                )
+            })
             .collect();
         for chunk in ids.chunks(10_000) {
             hot.remember_accepted("t", chunk).await.unwrap();
@@ -391,15 +432,24 @@ mod tests {
         // The newest two generations are remembered, the oldest ids are not.
         let last = ids.len() as u64 - 1;
         assert_eq!(
-            hot.accepted_seq("t", &format!("e{last}")).await.unwrap(),
+            hot.accepted_event("t", &format!("e{last}"))
+                .await
+                .unwrap()
+                .map(|a| a.seq),
             Some(last)
         );
         let mid = ACCEPTED_PER_GENERATION as u64 + 5;
         assert_eq!(
-            hot.accepted_seq("t", &format!("e{mid}")).await.unwrap(),
+            hot.accepted_event("t", &format!("e{mid}"))
+                .await
+                .unwrap()
+                .map(|a| a.seq),
             Some(mid)
         );
-        assert_eq!(hot.accepted_seq("t", "e0").await.unwrap(), None);
+        assert_eq!(
+            hot.accepted_event("t", "e0").await.unwrap().map(|a| a.seq),
+            None
+        );
         let held = {
             let g = hot.accepted.read().await;
             g.current.len() + g.previous.len()
@@ -408,6 +458,18 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn accepted_events_read_back_as_written_and_in_the_older_form() {
+        let with = Accepted {
+            seq: 12,
+            content_sha256: Some("ab".repeat(32)),
+        };
+        assert_eq!(Accepted::decode(&with.encode()), Some(with));
+        let older = Accepted::decode("7").expect("a bare seq");
+        assert_eq!((older.seq, older.content_sha256), (7, None));
+        assert_eq!(Accepted::decode("seven"), None);
+    }
 
     #[tokio::test]
     async fn compare_and_set_is_atomic_on_expected_value() {

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
 
-use crate::{redact_url, Error, HotState, ProjectedSession, Result, Seeding};
+use crate::{redact_url, Accepted, Error, HotState, ProjectedSession, Result, Seeding};
 
 // Linked for its `ring` crypto provider, which `rediss://` connections use (see Cargo.toml).
 use rustls as _;
@@ -359,22 +359,24 @@ impl HotState for RedisHotState {
         Ok(removed == 1)
     }
 
-    async fn accepted_seq(&self, tenant: &str, event_id: &str) -> Result<Option<u64>> {
-        redis::cmd("GET")
+    async fn accepted_event(&self, tenant: &str, event_id: &str) -> Result<Option<Accepted>> {
+        let text: Option<String> = redis::cmd("GET")
             .arg(Self::accepted_key(tenant, event_id))
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| failed("accepted_seq", e))
+            .map_err(|e| failed("accepted_event", e))?;
+        // A value of another form is treated as a miss: the projections answer instead.
+        Ok(text.as_deref().and_then(Accepted::decode))
     }
 
-    async fn remember_accepted(&self, tenant: &str, events: &[(String, u64)]) -> Result<()> {
+    async fn remember_accepted(&self, tenant: &str, events: &[(String, Accepted)]) -> Result<()> {
         if events.is_empty() {
             return Ok(());
         }
         let ttl = RedisOptions::secs(self.options.accepted_ttl);
         let mut pipe = redis::pipe();
-        for (event_id, seq) in events {
-            pipe.set_ex(Self::accepted_key(tenant, event_id), *seq, ttl)
+        for (event_id, accepted) in events {
+            pipe.set_ex(Self::accepted_key(tenant, event_id), accepted.encode(), ttl)
                 .ignore();
         }
         pipe.exec_async(&mut self.conn.clone())

@@ -10,8 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_core::projection::{AgentState, OpenError, OpenToolCall, Sourced};
-use strata_hot::{Error, HotState, MemoryHotState, ProjectedSession, RedisHotState, Seeding};
+use strata_hot::{
+    Accepted, Error, HotState, MemoryHotState, ProjectedSession, RedisHotState, Seeding,
+};
 use tokio::sync::Barrier;
+
+fn seq_only(seq: u64) -> Accepted {
+    Accepted {
+        seq,
+        content_sha256: None,
+    }
+}
 
 /// A backend under test and the tenant prefix this test owns.
 struct Fixture {
@@ -349,7 +358,7 @@ async fn tenants_are_isolated(f: &Fixture) {
     let h = &f.hot;
     let (a, b) = (f.ready_tenant("a").await, f.ready_tenant("b").await);
     assert!(h.compare_and_set_log_head(&a, "s", None, 7).await.unwrap());
-    h.remember_accepted(&a, &[("evt_1".into(), 7)])
+    h.remember_accepted(&a, &[("evt_1".into(), seq_only(7))])
         .await
         .unwrap();
     h.put_projected(&a, "s", sample_projection(7))
@@ -357,7 +366,10 @@ async fn tenants_are_isolated(f: &Fixture) {
         .unwrap();
 
     assert_eq!(h.log_head(&b, "s").await.unwrap(), None);
-    assert_eq!(h.accepted_seq(&b, "evt_1").await.unwrap(), None);
+    assert_eq!(
+        h.accepted_event(&b, "evt_1").await.unwrap().map(|a| a.seq),
+        None
+    );
     assert_eq!(h.projected(&b, "s").await.unwrap(), None);
     // The other tenant's head is its own.
     assert!(h.compare_and_set_log_head(&b, "s", None, 1).await.unwrap());
@@ -398,17 +410,42 @@ async fn ids_are_opaque(f: &Fixture) {
 async fn accepted_ids(f: &Fixture) {
     let h = &f.hot;
     let t = f.ready_tenant("acc").await;
-    assert_eq!(h.accepted_seq(&t, "evt_1").await.unwrap(), None);
+    assert_eq!(
+        h.accepted_event(&t, "evt_1").await.unwrap().map(|a| a.seq),
+        None
+    );
     h.remember_accepted(&t, &[]).await.unwrap();
-    let batch: Vec<(String, u64)> = (1..=50).map(|i| (format!("evt_{i}"), i)).collect();
+    // Even seqs with a content hash, odd ones without (as an older version remembered them).
+    let batch: Vec<(String, Accepted)> = (1..=50)
+        .map(|seq| {
+            let content_sha256 = (seq % 2 == 0).then(|| format!("{seq:064x}"));
+            (
+                format!("evt_{seq}"),
+                Accepted {
+                    seq,
+                    content_sha256,
+                },
+            )
+        })
+        .collect();
     h.remember_accepted(&t, &batch).await.unwrap();
-    for (id, seq) in &batch {
-        assert_eq!(h.accepted_seq(&t, id).await.unwrap(), Some(*seq), "{id}");
+    for (id, accepted) in &batch {
+        assert_eq!(
+            h.accepted_event(&t, id).await.unwrap().as_ref(),
+            Some(accepted),
+            "{id}"
+        );
     }
-    assert_eq!(h.accepted_seq(&t, "evt_51").await.unwrap(), None);
+    assert_eq!(
+        h.accepted_event(&t, "evt_51").await.unwrap().map(|a| a.seq),
+        None
+    );
     // Remembering again is harmless.
     h.remember_accepted(&t, &batch[..3]).await.unwrap();
-    assert_eq!(h.accepted_seq(&t, "evt_2").await.unwrap(), Some(2));
+    assert_eq!(
+        h.accepted_event(&t, "evt_2").await.unwrap().map(|a| a.seq),
+        Some(2)
+    );
     // Event ids and session ids live in separate namespaces.
     assert_eq!(h.log_head(&t, "evt_1").await.unwrap(), None);
 }
@@ -563,7 +600,7 @@ mod redis_only {
             .await
             .unwrap();
         f.hot
-            .remember_accepted(&t, &[("evt_1".into(), 1)])
+            .remember_accepted(&t, &[("evt_1".into(), seq_only(1))])
             .await
             .unwrap();
         f.hot
@@ -635,7 +672,7 @@ mod redis_only {
             .await
             .unwrap();
         f.hot
-            .remember_accepted(&t, &[("evt_1".into(), 4)])
+            .remember_accepted(&t, &[("evt_1".into(), seq_only(4))])
             .await
             .unwrap();
         f.hot
@@ -645,7 +682,14 @@ mod redis_only {
         assert_eq!(f.hot.log_head(&t, "s").await.unwrap(), Some(4));
         tokio::time::sleep(Duration::from_millis(2100)).await;
         assert_eq!(f.hot.log_head(&t, "s").await.unwrap(), None);
-        assert_eq!(f.hot.accepted_seq(&t, "evt_1").await.unwrap(), None);
+        assert_eq!(
+            f.hot
+                .accepted_event(&t, "evt_1")
+                .await
+                .unwrap()
+                .map(|a| a.seq),
+            None
+        );
         assert_eq!(f.hot.projected(&t, "s").await.unwrap(), None);
         // After a miss the caller reseeds from the projections with a compare-and-set on `None`.
         assert!(f
@@ -683,7 +727,7 @@ mod redis_only {
         let projected = f.hot.projected(&t, "s").await.unwrap_err();
         assert!(matches!(projected, Error::Corrupt(_)), "{projected:?}");
         // GET on a hash: the server refuses (WRONGTYPE).
-        let accepted = f.hot.accepted_seq(&t, "evt_1").await.unwrap_err();
+        let accepted = f.hot.accepted_event(&t, "evt_1").await.unwrap_err();
         assert!(matches!(accepted, Error::Unavailable(_)), "{accepted:?}");
         // The script compares strings: a damaged head never matches, so nothing is overwritten.
         assert!(!f
@@ -695,7 +739,7 @@ mod redis_only {
         for (op, err) in [
             ("log_head", head),
             ("projected", projected),
-            ("accepted_seq", accepted),
+            ("accepted_event", accepted),
         ] {
             let text = format!("{err} {err:?}");
             assert!(text.contains(op), "the error names the operation: {text}");

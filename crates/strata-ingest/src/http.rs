@@ -119,6 +119,21 @@ pub fn to_api_error(e: IngestError) -> ApiError {
             ApiError::forbidden(e.to_string())
         }
         e @ IngestError::Conflict { .. } => ApiError::conflict(e.to_string()),
+        IngestError::IdConflict(conflicts) => {
+            let message = IngestError::IdConflict(conflicts.clone()).to_string();
+            let more = conflicts.len().saturating_sub(MAX_REPORTED_EVENTS);
+            let shown = &conflicts[..conflicts.len().min(MAX_REPORTED_EVENTS)];
+            let mut details = json!({ "events": shown });
+            if more > 0 {
+                details["more_conflicting_events"] = json!(more);
+            }
+            ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "event_id_conflict",
+                format!("{message}; nothing of this batch was accepted"),
+            )
+            .with_details(details)
+        }
         e @ IngestError::Forgotten { .. } => {
             ApiError::new(axum::http::StatusCode::CONFLICT, "forgotten", e.to_string())
         }

@@ -183,6 +183,19 @@ async fn relay_batch(
             IngestError::WrongTenant { index, .. }
             | IngestError::ServiceOnly { index, .. }
             | IngestError::Forgotten { index, .. } => vec![(*index, refused.to_string())],
+            // Another event under an accepted id: the id is taken for good.
+            IngestError::IdConflict(conflicts) => conflicts
+                .iter()
+                .map(|c| {
+                    let fields: Vec<&str> = c.differs.iter().map(|d| d.field.as_str()).collect();
+                    let reason = format!(
+                        "event id {} was accepted before with other content (differs in {})",
+                        c.event_id,
+                        fields.join(", ")
+                    );
+                    (c.index, reason)
+                })
+                .collect(),
             // A `seq` the producer set that is not the session's next: never right later.
             IngestError::Conflict {
                 index, event_id, ..

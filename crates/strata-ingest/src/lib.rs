@@ -7,9 +7,13 @@
 //! 3. store tool outputs over the threshold as content-addressed artifacts, replacing them in
 //!    the event by `output_ref`, a preview, the hash, byte and token counts;
 //! 4. then, holding the batch's sessions (batches of other sessions go on meanwhile): drop
-//!    events whose `event_id` was already accepted (they are reported as duplicates, with the
-//!    seq they got the first time), assign per-session `seq` and check `expected_seq` / explicit
-//!    `seq` (409 on conflict);
+//!    events whose `event_id` was already accepted with the same content (they are reported as
+//!    duplicates, with the seq they got the first time), refuse an accepted `event_id` sent
+//!    with other content, or twice in the batch with different content (409
+//!    [`IngestError::IdConflict`], naming the fields that differ by hash, see [`conflict`];
+//!    derived events excepted: services name them by what they derive from, and the first
+//!    derivation stands),
+//!    assign per-session `seq` and check `expected_seq` / explicit `seq` (409 on conflict);
 //! 5. append the batch to the log (durable when this returns) and publish the new heads.
 //!
 //! Nothing is appended unless every event passed steps 1–4, and an artifact is always stored
@@ -27,15 +31,17 @@ use serde_json::Value;
 use strata_core::payload::Payload;
 use strata_core::tokens::{O200k, TokenCounter};
 use strata_core::{Event, FieldError};
-use strata_hot::Seeding;
+use strata_hot::{Accepted, Seeding};
 use strata_log::NewRecord;
 use strata_runtime::Backends;
 
 mod admission;
+pub mod conflict;
 pub mod derive;
 pub mod http;
 pub mod inbound;
 mod tail;
+mod warnings;
 
 use admission::{SessionLocks, TenantQuota};
 use tail::TailIndex;
@@ -105,6 +111,15 @@ pub enum IngestError {
         head: u64,
         what: String,
     },
+    /// Event ids already accepted (or earlier in the batch) sent again with other content: a
+    /// retry must re-send the same event, a new event needs an id of its own.
+    #[error(
+        "{} event(s) reuse an accepted event id with other content; first: event {} ({}) differs \
+         in {}",
+        .0.len(), .0[0].index, .0[0].event_id,
+        .0[0].differs.iter().map(|d| d.field.as_str()).collect::<Vec<_>>().join(", ")
+    )]
+    IdConflict(Vec<IdConflict>),
     /// The event's session was forgotten (`strata forget`): its id is never taken again.
     #[error(
         "event {index} ({event_id}): session {session_id} was forgotten and its id cannot be \
@@ -150,6 +165,16 @@ pub enum IngestError {
     },
 }
 
+/// One event of a batch whose id was accepted before with other content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IdConflict {
+    pub index: usize,
+    pub event_id: String,
+    /// The fields that differ, by hash; a single `event` entry when only the whole stored
+    /// event's hash is at hand.
+    pub differs: Vec<conflict::FieldDiff>,
+}
+
 /// What happened to one event of an accepted batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Outcome {
@@ -164,6 +189,10 @@ pub struct Outcome {
     /// Set when the tool output was stored as an artifact.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_ref: Option<String>,
+    /// What was accepted but looks wrong (see the `warnings` module): a session that does not
+    /// start with `SessionStarted`, a tool result whose call is not open on the log.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Options of ingest.
@@ -231,7 +260,7 @@ struct Head {
     /// The next seq is `seq + 1`.
     seq: u64,
     /// When recovered: events of the session on the log beyond the projections, by event id.
-    unprojected: HashMap<String, u64>,
+    unprojected: HashMap<String, Accepted>,
 }
 
 /// The ingest pipeline over a set of backends.
@@ -399,42 +428,13 @@ impl Ingestor {
             )
             .await;
 
+        // What a re-sent event id is compared by.
+        let sent: Vec<String> = events
+            .iter()
+            .map(|(e, _)| conflict::content_sha256(e))
+            .collect();
         // Duplicates: earlier in this batch, in the hot state, or already projected.
-        let mut by_tenant: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        for (e, _) in &events {
-            by_tenant
-                .entry(e.tenant_id.as_str())
-                .or_default()
-                .push(e.event_id.clone());
-        }
-        let mut known: HashMap<(String, String), u64> = HashMap::new();
-        for (tenant, ids) in &by_tenant {
-            let mut misses = Vec::new();
-            for id in ids {
-                match b
-                    .hot
-                    .accepted_seq(tenant, id)
-                    .await
-                    .map_err(|e| backend(&e))?
-                {
-                    Some(seq) => {
-                        known.insert(((*tenant).to_owned(), id.clone()), seq);
-                    }
-                    None => misses.push(id.clone()),
-                }
-            }
-            if !misses.is_empty() {
-                let found = b
-                    .store
-                    .projected_event_ids(tenant, &misses)
-                    .await
-                    .map_err(|e| backend(&e))?;
-                for id in found {
-                    // The seq is informative only; read it for the response.
-                    known.insert(((*tenant).to_owned(), id), 0);
-                }
-            }
-        }
+        let mut known = self.known_ids(&events).await?;
 
         // Session heads. A head the hot state lost is recovered from the projections and the
         // log; the events found on the log beyond the projections also answer for duplicates.
@@ -451,25 +451,53 @@ impl Ingestor {
                 continue;
             }
             let head = &heads[&(e.tenant_id.clone(), e.session_id.clone())];
-            if let Some(&seq) = head.unprojected.get(&e.event_id) {
-                known.insert(id_key, seq);
+            if let Some(accepted) = head.unprojected.get(&e.event_id) {
+                known.insert(id_key, accepted.clone());
             }
         }
 
         // Sequence numbers.
+        let heads_before: HashMap<(String, String), u64> =
+            heads.iter().map(|(k, h)| (k.clone(), h.seq)).collect();
         let mut outcomes: Vec<Outcome> = Vec::with_capacity(events.len());
         let mut fresh: Vec<(usize, Event)> = Vec::new();
-        let mut seen_in_batch: HashMap<(String, String), u64> = HashMap::new();
+        let mut conflicts: Vec<IdConflict> = Vec::new();
+        // Ids new in this batch: the seq each got and the index of its event.
+        let mut seen_in_batch: HashMap<(String, String), (u64, usize)> = HashMap::new();
         for (index, (mut event, expected)) in events.into_iter().enumerate() {
             let id_key = (event.tenant_id.clone(), event.event_id.clone());
-            if let Some(&seq) = seen_in_batch.get(&id_key).or(known.get(&id_key)) {
-                let seq = if seq == 0 {
-                    self.seq_of(&event).await.map_err(|e| backend(&e))?
-                } else {
-                    seq
-                };
-                outcomes.push(duplicate(&event.event_id, seq));
-                continue;
+            let resolved = match (seen_in_batch.get(&id_key), known.get(&id_key)) {
+                // A service's derivation under an id already taken: the first one stands.
+                (Some(&(seq, first)), _) if sent[first] == sent[index] || event.is_derived() => {
+                    Some(Resolution::Same(seq))
+                }
+                (Some(&(_, first)), _) => {
+                    let earlier = fresh
+                        .iter()
+                        .find(|(slot, _)| *slot == first)
+                        .map(|(_, e)| e)
+                        .expect("a new id of this batch is among its fresh events");
+                    let differs = conflict::differing_fields(earlier, &event);
+                    Some(Resolution::Differs(differs))
+                }
+                (None, Some(k)) => Some(self.resolve(&event, &sent[index], k).await?),
+                (None, None) => None,
+            };
+            match resolved {
+                Some(Resolution::Same(seq)) => {
+                    outcomes.push(duplicate(&event.event_id, seq));
+                    continue;
+                }
+                Some(Resolution::Differs(differs)) => {
+                    // The batch is refused below; the rest is still checked, to name every one.
+                    conflicts.push(IdConflict {
+                        index,
+                        event_id: event.event_id,
+                        differs,
+                    });
+                    continue;
+                }
+                None => {}
             }
             let skey = (event.tenant_id.clone(), event.session_id.clone());
             let head = &mut heads.get_mut(&skey).expect("every session has a head").seq;
@@ -498,7 +526,7 @@ impl Ingestor {
             }
             *head += 1;
             event.seq = Some(*head);
-            seen_in_batch.insert(id_key, *head);
+            seen_in_batch.insert(id_key, (*head, index));
             outcomes.push(Outcome {
                 event_id: event.event_id.clone(),
                 status: "accepted",
@@ -506,8 +534,12 @@ impl Ingestor {
                 partition: None,
                 offset: None,
                 output_ref: artifact_uris[index].take(),
+                warnings: Vec::new(),
             });
-            fresh.push((outcomes.len() - 1, event));
+            fresh.push((index, event));
+        }
+        if !conflicts.is_empty() {
+            return Err(IngestError::IdConflict(conflicts));
         }
         if fresh.is_empty() {
             strata_runtime::metrics::EVENTS_DUPLICATE.add(outcomes.len() as u64);
@@ -606,18 +638,27 @@ impl Ingestor {
                 return Err(backend(&e));
             }
         };
-        self.tail
-            .lock()
-            .await
-            .appended(fresh.iter().map(|(_, e)| e).zip(&positions));
-        let mut remembered: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+        self.tail.lock().await.appended(
+            fresh
+                .iter()
+                .map(|(slot, e)| (e, &sent[*slot]))
+                .zip(&positions),
+        );
+        let mut remembered: BTreeMap<String, Vec<(String, Accepted)>> = BTreeMap::new();
         for ((slot, event), pos) in fresh.iter().zip(positions) {
             outcomes[*slot].partition = Some(pos.partition);
             outcomes[*slot].offset = Some(pos.offset);
+            let accepted = Accepted {
+                seq: event.seq.unwrap_or(0),
+                content_sha256: Some(sent[*slot].clone()),
+            };
             remembered
                 .entry(event.tenant_id.clone())
                 .or_default()
-                .push((event.event_id.clone(), event.seq.unwrap_or(0)));
+                .push((event.event_id.clone(), accepted));
+        }
+        for (slot, warning) in warnings::of_batch(b, &fresh, &heads_before).await {
+            outcomes[slot].warnings.push(warning);
         }
         let accepted = fresh.len() as u64;
         strata_runtime::metrics::EVENTS_ACCEPTED.add(accepted);
@@ -824,6 +865,130 @@ impl Ingestor {
         })
     }
 
+    /// The event ids of the batch already accepted, as the hot state or the projections know
+    /// them (a projected one with seq 0 and no hash: it is read back when compared).
+    async fn known_ids(
+        &self,
+        events: &[(Event, Option<u64>)],
+    ) -> Result<HashMap<(String, String), Accepted>, IngestError> {
+        let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
+        let b = &self.backends;
+        let mut by_tenant: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (e, _) in events {
+            by_tenant
+                .entry(e.tenant_id.as_str())
+                .or_default()
+                .push(e.event_id.clone());
+        }
+        let mut known = HashMap::new();
+        for (tenant, ids) in &by_tenant {
+            let mut misses = Vec::new();
+            for id in ids {
+                match b
+                    .hot
+                    .accepted_event(tenant, id)
+                    .await
+                    .map_err(|e| backend(&e))?
+                {
+                    Some(a) => {
+                        known.insert(((*tenant).to_owned(), id.clone()), a);
+                    }
+                    None => misses.push(id.clone()),
+                }
+            }
+            if misses.is_empty() {
+                continue;
+            }
+            let found = b
+                .store
+                .projected_event_ids(tenant, &misses)
+                .await
+                .map_err(|e| backend(&e))?;
+            for id in found {
+                let unknown = Accepted {
+                    seq: 0,
+                    content_sha256: None,
+                };
+                known.insert(((*tenant).to_owned(), id), unknown);
+            }
+        }
+        Ok(known)
+    }
+
+    /// Whether `event`, whose id was accepted before, is that event again (`sent` is its
+    /// content hash): by the hash the hot state kept, else by the stored event read back.
+    async fn resolve(
+        &self,
+        event: &Event,
+        sent: &str,
+        known: &Accepted,
+    ) -> Result<Resolution, IngestError> {
+        // Services derive ids from what they derive from (a compaction's cut, a memory's
+        // source): derived again with other content (other rules, a later log), the first
+        // derivation stands, as it did when every re-sent id was a duplicate.
+        if known.content_sha256.as_deref() == Some(sent) || event.is_derived() {
+            let seq = match known.seq {
+                0 => self.seq_of(event).await.map_err(IngestError::Backend)?,
+                seq => seq,
+            };
+            return Ok(Resolution::Same(seq));
+        }
+        if let Some(stored) = self.stored_event(event).await? {
+            if conflict::content_sha256(&stored) == sent {
+                return Ok(Resolution::Same(stored.seq.unwrap_or(known.seq)));
+            }
+            return Ok(Resolution::Differs(conflict::differing_fields(
+                &stored, event,
+            )));
+        }
+        // Not in the event's session's projections: in another session, or not projected yet.
+        let whole = |stored_sha256| {
+            let sent_sha256 = Some(sent.to_owned());
+            let field = "event".to_owned();
+            Resolution::Differs(vec![conflict::FieldDiff {
+                field,
+                stored_sha256,
+                sent_sha256,
+            }])
+        };
+        if let Some(stored) = &known.content_sha256 {
+            return Ok(whole(Some(stored.clone())));
+        }
+        let elsewhere = self
+            .backends
+            .store
+            .projected_event_ids(&event.tenant_id, std::slice::from_ref(&event.event_id))
+            .await
+            .map_err(|e| IngestError::Backend(e.to_string()))?;
+        if !elsewhere.is_empty() {
+            return Ok(whole(None));
+        }
+        Err(IngestError::Unavailable(format!(
+            "event {} was accepted moments ago and is not projected yet, so a re-send cannot be \
+             compared with it; retry shortly",
+            event.event_id
+        )))
+    }
+
+    /// The stored event of `event`'s session with `event`'s id, read back from the projections.
+    async fn stored_event(&self, event: &Event) -> Result<Option<Event>, IngestError> {
+        let backend = |e: &dyn std::fmt::Display| IngestError::Backend(e.to_string());
+        let store = &self.backends.store;
+        let (tenant, session) = (&event.tenant_id, &event.session_id);
+        let Some(seq) = store
+            .event_seq(tenant, session, &event.event_id)
+            .await
+            .map_err(|e| backend(&e))?
+        else {
+            return Ok(None);
+        };
+        let stored = store
+            .events_between(tenant, session, seq.saturating_sub(1), seq, 1)
+            .await
+            .map_err(|e| backend(&e))?;
+        Ok(stored.into_iter().find(|e| e.event_id == event.event_id))
+    }
+
     async fn seq_of(&self, event: &Event) -> Result<u64, String> {
         self.backends
             .store
@@ -930,6 +1095,14 @@ fn ingest_only_fields(index: usize, event: &Event) -> Option<EventErrors> {
     })
 }
 
+/// What a re-sent event id turned out to be.
+enum Resolution {
+    /// The event accepted before, with this seq.
+    Same(u64),
+    /// Another event under the same id.
+    Differs(Vec<conflict::FieldDiff>),
+}
+
 fn duplicate(event_id: &str, seq: u64) -> Outcome {
     Outcome {
         event_id: event_id.to_owned(),
@@ -938,6 +1111,7 @@ fn duplicate(event_id: &str, seq: u64) -> Outcome {
         partition: None,
         offset: None,
         output_ref: None,
+        warnings: Vec::new(),
     }
 }
 

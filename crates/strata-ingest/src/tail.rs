@@ -2,13 +2,17 @@
 
 use std::collections::HashMap;
 
+use strata_codec::Record;
 use strata_core::Event;
+use strata_hot::Accepted;
 use strata_runtime::Backends;
 
 use crate::IngestError;
 
 /// What this process knows of the log beyond the projections, per partition: the sessions found
-/// there with their highest seq and event ids, up to `scanned_to`. Filled by reading the log on a
+/// there with their highest seq and event ids (with their content hashes where known: this
+/// process's appends and plain records; a sealed record is read without its key), up to
+/// `scanned_to`. Filled by reading the log on a
 /// hot-state miss and by this process's own appends (when they follow on), so the log is read at
 /// most once per record; entries the projections have caught up with are dropped, and a partition
 /// holding more than [`TailIndex::MAX_IDS`] ids is forgotten (and read again if needed).
@@ -29,16 +33,19 @@ struct PartitionTail {
 pub(crate) struct SessionTail {
     pub(crate) seq: u64,
     last_offset: u64,
-    pub(crate) ids: HashMap<String, u64>,
+    pub(crate) ids: HashMap<String, Accepted>,
 }
 
 impl PartitionTail {
-    fn add(&mut self, event: &Event, offset: u64) {
+    fn add(&mut self, event: &Event, content_sha256: Option<String>, offset: u64) {
         self.add_ids(
             &event.tenant_id,
             &event.session_id,
             &event.event_id,
-            event.seq,
+            Accepted {
+                seq: event.seq.unwrap_or(0),
+                content_sha256,
+            },
             offset,
         );
     }
@@ -48,7 +55,7 @@ impl PartitionTail {
         tenant_id: &str,
         session_id: &str,
         event_id: &str,
-        seq: Option<u64>,
+        accepted: Accepted,
         offset: u64,
     ) {
         let by_session = match self.sessions.get_mut(tenant_id) {
@@ -59,10 +66,9 @@ impl PartitionTail {
             Some(s) => s,
             None => by_session.entry(session_id.to_owned()).or_default(),
         };
-        let seq = seq.unwrap_or(0);
-        s.seq = s.seq.max(seq);
+        s.seq = s.seq.max(accepted.seq);
         s.last_offset = s.last_offset.max(offset);
-        if s.ids.insert(event_id.to_owned(), seq).is_none() {
+        if s.ids.insert(event_id.to_owned(), accepted).is_none() {
             self.ids += 1;
         }
     }
@@ -122,14 +128,20 @@ impl TailIndex {
             for r in &records {
                 // Undecodable records are the projector's to set aside; they carry no seq. A
                 // sealed record's envelope has all this needs: no key is asked for.
-                if let Ok(record) = backends.codec.avro().decode_record(&r.value) {
-                    tail.add_ids(
-                        record.tenant_id(),
-                        record.session_id(),
-                        record.event_id(),
-                        record.seq(),
-                        r.offset,
-                    );
+                match backends.codec.avro().decode_record(&r.value) {
+                    Ok(Record::Plain(event)) => {
+                        let sha = crate::conflict::content_sha256(&event);
+                        tail.add(&event, Some(sha), r.offset);
+                    }
+                    Ok(record) => {
+                        let accepted = Accepted {
+                            seq: record.seq().unwrap_or(0),
+                            content_sha256: None,
+                        };
+                        let (tenant, session) = (record.tenant_id(), record.session_id());
+                        tail.add_ids(tenant, session, record.event_id(), accepted, r.offset);
+                    }
+                    Err(_) => {}
                 }
             }
         }
@@ -140,12 +152,12 @@ impl TailIndex {
     /// Records this process's own appends, when they follow what is known.
     pub(crate) fn appended<'a>(
         &mut self,
-        appended: impl Iterator<Item = (&'a Event, &'a strata_log::Position)>,
+        appended: impl Iterator<Item = ((&'a Event, &'a String), &'a strata_log::Position)>,
     ) {
-        for (event, pos) in appended {
+        for ((event, sha), pos) in appended {
             let tail = self.partitions.entry(pos.partition).or_default();
             if tail.scanned_to == pos.offset {
-                tail.add(event, pos.offset);
+                tail.add(event, Some(sha.clone()), pos.offset);
                 tail.scanned_to = pos.offset + 1;
             }
             if tail.ids > Self::MAX_IDS {

@@ -731,6 +731,144 @@ async fn duplicate_after_restart_is_found_in_the_projections() {
     assert_eq!(h.log_len().await, 4);
 }
 
+/// A prompt with the id of `prompt(id, session)` and other words.
+fn reworded(id: &str, session: &str, words: &str) -> Value {
+    let mut v = prompt(id, session);
+    v["payload"]["text"] = json!(words);
+    v
+}
+
+/// The `(index, event_id, differing fields)` of each event of an `event_id_conflict` answer.
+fn conflicts(body: &Value) -> Vec<(u64, String, Vec<String>)> {
+    assert_eq!(error_of(body).0, "event_id_conflict", "{body}");
+    body["error"]["details"]["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no details.events in {body}"))
+        .iter()
+        .map(|e| {
+            let differs = e["differs"].as_array().expect("differs");
+            for d in differs {
+                assert_ne!(d["stored_sha256"], d["sent_sha256"], "{body}");
+            }
+            let fields = differs
+                .iter()
+                .map(|d| d["field"].as_str().expect("field").to_owned());
+            (
+                e["index"].as_u64().expect("index"),
+                e["event_id"].as_str().expect("event_id").to_owned(),
+                fields.collect(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reused_event_id_with_other_content_is_409_by_hash_and_nothing_is_appended() {
+    let h = Harness::new().await;
+    let (status, resp) = h.post_json(&h.acme, &json!([prompt("a", "s1")])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+
+    let batch = json!([reworded("a", "s1", "CHANGED-WORDS"), prompt("b", "s1")]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{resp}");
+    // Not projected yet: the hashes of the whole event, as the hot state kept the first one's.
+    assert_eq!(
+        conflicts(&resp),
+        vec![(0, "a".to_owned(), vec!["event".to_owned()])]
+    );
+    assert!(
+        !resp.to_string().contains("CHANGED-WORDS"),
+        "content echoed: {resp}"
+    );
+    assert_eq!(
+        h.log_len().await,
+        1,
+        "nothing of the refused batch was appended"
+    );
+    // Once projected, the earlier event is read back and the differing field named.
+    strata_projector::catch_up(&h.backends)
+        .await
+        .expect("catch up");
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{resp}");
+    assert_eq!(
+        conflicts(&resp),
+        vec![(0, "a".to_owned(), vec!["payload.text".to_owned()])]
+    );
+
+    // The same event again is still a duplicate, and the rest of the batch goes on.
+    let (status, resp) = h
+        .post_json(&h.acme, &json!([prompt("a", "s1"), prompt("b", "s1")]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(
+        outcomes(&resp),
+        vec![("duplicate".into(), 1), ("accepted".into(), 2)]
+    );
+    let kept = h.logged("a").await.payload;
+    let Payload::UserPromptSubmitted(kept) = kept else {
+        panic!("a prompt")
+    };
+    assert_eq!(kept.text, "prompt a", "the first content stays");
+}
+
+#[tokio::test]
+async fn one_id_twice_in_a_batch_with_other_content_is_409() {
+    let h = Harness::new().await;
+    let batch = json!([
+        prompt("c", "s1"),
+        prompt("c", "s1"),
+        reworded("c", "s1", "other"),
+        prompt("d", "s1")
+    ]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{resp}");
+    assert_eq!(
+        conflicts(&resp),
+        vec![(2, "c".to_owned(), vec!["payload.text".to_owned()])]
+    );
+    assert_eq!(h.log_len().await, 0);
+}
+
+#[tokio::test]
+async fn a_reused_id_is_found_in_the_projections_after_a_restart() {
+    let h = Harness::new().await;
+    let (status, resp) = h
+        .post_json(&h.acme, &json!([prompt("a", "s1"), prompt("b", "s1")]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends)
+        .await
+        .expect("catch up");
+    let Harness {
+        backends,
+        ingestor,
+        router,
+        acme,
+        globex,
+        dir,
+    } = h;
+    drop((backends, ingestor, router));
+    let backends = Backends::open(&opts(dir.path()), "test")
+        .await
+        .expect("reopen");
+    let h = Harness::with(dir, backends, acme, globex);
+
+    // Read back from the projections: the hot state of the new process has no hash.
+    let (status, resp) = h
+        .post_json(&h.acme, &json!([reworded("b", "s1", "new words")]))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{resp}");
+    assert_eq!(
+        conflicts(&resp),
+        vec![(0, "b".to_owned(), vec!["payload.text".to_owned()])]
+    );
+    let (status, resp) = h.post_json(&h.acme, &json!([prompt("b", "s1")])).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(outcomes(&resp), vec![("duplicate".into(), 2)]);
+    assert_eq!(h.log_len().await, 2);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sequencing and optimistic concurrency
 
@@ -1916,4 +2054,28 @@ async fn a_context_request_naming_an_unusable_id_is_400_and_records_nothing() {
         "{refused}"
     );
     assert_eq!(h.log_len().await, before);
+}
+
+#[tokio::test]
+async fn a_service_s_derivation_under_a_taken_id_keeps_the_first() {
+    let h = Harness::new().await;
+    let superseded = |reason: &str| {
+        json!({"event_id": "mem-sup-1", "tenant_id": "acme", "session_id": "s1",
+            "timestamp": "2026-06-03T10:00:00Z", "type": "MemorySuperseded",
+            "payload": {"memory_id": "m1", "superseded_by": "m2", "reason": reason}})
+    };
+    let first = h
+        .ingestor
+        .ingest_json(&Publisher::Operator, vec![superseded("first")])
+        .await
+        .expect("accepted");
+    assert_eq!(first[0].status, "accepted");
+    // Derived again by other rules: answered as a duplicate, never a conflict.
+    let again = h
+        .ingestor
+        .ingest_json(&Publisher::Operator, vec![superseded("second")])
+        .await
+        .expect("a duplicate");
+    assert_eq!((again[0].status, again[0].seq), ("duplicate", first[0].seq));
+    assert_eq!(h.log_len().await, 1);
 }

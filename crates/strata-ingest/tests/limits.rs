@@ -283,8 +283,11 @@ async fn repeated_failed_authentications_from_one_address_are_throttled_with_429
         "{response}"
     );
     assert!(response.contains("too_many_requests"), "{response}");
-    // For the rest of the minute, the address is refused whatever key it sends.
-    assert_eq!(status_of(&server, &server.key).await.0, 429);
+    // The throttle answers failures only: a valid key from the same address is still served,
+    // and the failing attempts after it are still refused.
+    assert_eq!(status_of(&server, &server.key).await.0, 400);
+    assert_eq!(status_of(&server, "sk_guess").await.0, 429);
+    assert_eq!(status_of(&server, &server.key).await.0, 400);
 }
 
 /// Sends one request head (no body) and returns the whole answer.

@@ -6,8 +6,11 @@
 //!   file descriptors.
 //! - **Headers**: a request head must arrive within [`HttpLimits::header_read_timeout`], and so
 //!   must the next one on an idle keep-alive connection: a slow-loris client loses its socket.
-//! - **Failed authentications**: a client address with more `401`s in a minute than
-//!   [`HttpLimits::auth_failures_per_minute`] gets `429` (with `Retry-After`) until it is over.
+//! - **Failed authentications**: once a client address had more `401`s in a minute than
+//!   [`HttpLimits::auth_failures_per_minute`], its further failing attempts get `429` (with
+//!   `Retry-After`) until the minute is over. A valid key is always served: the throttle
+//!   answers failures, never a credential, so one caller's bad keys cannot lock out the others
+//!   behind the same address.
 //! - **Bodies**: the whole body of a request must arrive within [`HttpLimits::body_timeout`] of
 //!   its head; a body read after that fails with [`BodyTimeout`], which [`read_body`] answers with
 //!   `408`. Handlers authenticate from the head *before* they read a body (see
@@ -49,7 +52,8 @@ pub struct HttpLimits {
     pub header_read_timeout: Duration,
     pub body_timeout: Duration,
     /// Failed authentications (401s) a client address may have in a minute; past them its
-    /// requests get `429` until the minute is over.
+    /// failing attempts get `429` instead of `401` until the minute is over (requests with a
+    /// valid key are served as usual).
     pub auth_failures_per_minute: u32,
 }
 
@@ -211,27 +215,23 @@ impl AuthThrottle {
         }
     }
 
-    /// How long `ip` must wait, when it spent its failures for this window.
-    fn blocked(&self, ip: IpAddr, now: Instant) -> Option<Duration> {
-        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let (started, count) = failures.get(&ip)?;
-        let left = THROTTLE_WINDOW.checked_sub(now.duration_since(*started))?;
-        (*count >= self.per_minute).then_some(left)
-    }
-
-    fn failed(&self, ip: IpAddr, now: Instant) {
+    /// Counts a failed authentication of `ip`; past the allowance of its window, how long
+    /// until the window is over.
+    fn failed(&self, ip: IpAddr, now: Instant) -> Option<Duration> {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         if failures.len() >= THROTTLE_MAX_ADDRESSES && !failures.contains_key(&ip) {
             failures.retain(|_, (started, _)| now.duration_since(*started) < THROTTLE_WINDOW);
             if failures.len() >= THROTTLE_MAX_ADDRESSES {
-                return;
+                return None;
             }
         }
         let entry = failures.entry(ip).or_insert((now, 0));
         if now.duration_since(entry.0) >= THROTTLE_WINDOW {
             *entry = (now, 0);
         }
-        entry.1 += 1;
+        entry.1 = entry.1.saturating_add(1);
+        let left = THROTTLE_WINDOW.saturating_sub(now.duration_since(entry.0));
+        (entry.1 > self.per_minute).then_some(left)
     }
 }
 
@@ -308,8 +308,9 @@ async fn uniform_errors(req: axum::extract::Request, next: Next) -> Response {
     response
 }
 
-/// Answers `429` to a client address that failed to authenticate too often this minute, and
-/// counts the `401`s it gets.
+/// Counts the `401`s of each client address, and answers a failing attempt past the address's
+/// allowance this minute with `429` instead. A request that authenticates is always served, so
+/// one caller's bad keys never lock out the tenants that share its address (a NAT, a proxy).
 async fn throttle_failed_auth(
     State(throttle): State<Arc<AuthThrottle>>,
     req: axum::extract::Request,
@@ -319,25 +320,33 @@ async fn throttle_failed_auth(
         .extensions()
         .get::<ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0.ip());
-    if let Some(wait) = ip.and_then(|ip| throttle.blocked(ip, Instant::now())) {
-        let secs = wait.as_secs().max(1);
-        let mut response = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_requests",
-            format!("too many failed authentications from this address; retry in {secs} s"),
-        )
-        .into_response();
-        response
-            .headers_mut()
-            .insert(axum::http::header::RETRY_AFTER, secs.into());
+    // Handlers check the key from the head before reading a body (and a key check is one
+    // hash and one lookup), so serving a throttled address's attempt costs next to nothing.
+    let response = next.run(req).await;
+    if response.status() != StatusCode::UNAUTHORIZED {
         return response;
     }
-    let response = next.run(req).await;
-    if response.status() == StatusCode::UNAUTHORIZED {
-        if let Some(ip) = ip {
-            throttle.failed(ip, Instant::now());
-        }
+    match ip.and_then(|ip| throttle.failed(ip, Instant::now())) {
+        Some(wait) => too_many_failures(wait),
+        None => response,
     }
+}
+
+/// The `429` a failing attempt gets once its address spent its allowance, with `Retry-After`.
+fn too_many_failures(wait: Duration) -> Response {
+    let secs = wait.as_secs().max(1);
+    let mut response = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_requests",
+        format!(
+            "too many failed authentications from this address; a valid key is still served, \
+             failing ones are refused for {secs} s"
+        ),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, secs.into());
     response
 }
 

@@ -56,7 +56,11 @@ pub fn init_tracing(default_level: &str) -> Telemetry {
     let log_filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let json = std::env::var("STRATA_LOG_FORMAT").as_deref() == Ok("json");
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only on a terminal: a log redirected to a file stays plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let logs = if json {
         logs.json().with_filter(log_filter).boxed()
     } else {

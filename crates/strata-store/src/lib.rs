@@ -196,7 +196,7 @@ pub struct BranchHead {
     pub head_seq: u64,
     /// Events on the branch itself.
     pub events: u64,
-    /// Timestamp of its newest event (RFC 3339, as the event carried it).
+    /// Timestamp of its event of the highest seq (RFC 3339, as the event carried it).
     pub last_event_at: String,
 }
 
@@ -245,6 +245,9 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
 
     /// The seq of an event of a session.
     async fn event_seq(&self, tenant: &str, session: &str, event_id: &str) -> Result<Option<u64>>;
+
+    /// The provider its `SessionStarted` named (`model.provider`), if the session has one.
+    async fn session_provider(&self, tenant: &str, session: &str) -> Result<Option<String>>;
 
     /// What the assembler needs for a session's branch and participant: the newest `window`
     /// messages of the branch lineage and everything they refer to. `None` for an unknown

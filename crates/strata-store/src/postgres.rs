@@ -712,10 +712,25 @@ impl ProjectionStore for PgStore {
         Ok(row.map(|r| r.get::<i64, _>(0) as u64))
     }
 
+    async fn session_provider(&self, tenant: &str, session: &str) -> Result<Option<String>> {
+        let row =
+            sqlx::query("SELECT provider FROM sessions WHERE tenant_id = $1 AND session_id = $2")
+                .bind(text(tenant))
+                .bind(text(session))
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.and_then(|r| r.get::<Option<String>, _>(0)))
+    }
+
     async fn branch_heads(&self, tenant: &str, session: &str) -> Result<Vec<BranchHead>> {
         let rows = sqlx::query(
-            "SELECT branch_id, MAX(seq), COUNT(*), MAX(timestamp) FROM events \
-             WHERE tenant_id = $1 AND session_id = $2 GROUP BY branch_id ORDER BY branch_id",
+            // The head event's timestamp, as `sessions_listing` has it: timestamps need not grow
+            // with seq, and text MAX misorders fractional seconds.
+            "SELECT b.branch_id, b.head, b.n, (SELECT e.timestamp FROM events e \
+               WHERE e.tenant_id = $1 AND e.session_id = $2 AND e.seq = b.head) \
+             FROM (SELECT branch_id, MAX(seq) AS head, COUNT(*) AS n FROM events \
+               WHERE tenant_id = $1 AND session_id = $2 GROUP BY branch_id) b \
+             ORDER BY b.branch_id",
         )
         .bind(text(tenant))
         .bind(text(session))

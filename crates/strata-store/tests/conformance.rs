@@ -904,6 +904,28 @@ async fn snapshot_follows_branch_lineage(backend: Arc<Backend>) {
         ]
     );
     assert!(store.branch_heads("globex", "s1").await.unwrap().is_empty());
+    // The session head's time is the one the session list shows.
+    let listed = store
+        .sessions_listing("acme", None, 100, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.session_id == "s1")
+        .expect("listed");
+    let main_head = store
+        .branch_heads("acme", "s1")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|h| h.branch_id == "main")
+        .expect("main");
+    assert_eq!(listed.last_event_at, Some(main_head.last_event_at));
+    assert!(store
+        .session_provider("acme", "s1")
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(store.session_provider("globex", "s1").await.unwrap(), None);
 }
 
 async fn snapshot_of_unknown_session_or_branch_is_none(backend: Arc<Backend>) {

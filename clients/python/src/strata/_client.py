@@ -105,9 +105,9 @@ class Client(BaseClient):
         """Assembles the context of the session's next model call: the provider request body
         (``payload``) and the record of why each piece is in or out (``assembly``).
 
-        Arguments left out take the server's defaults (branch ``main``, provider ``openai``, the
-        window minus the reserved output as budget). Raises :class:`NotFound` for a session or
-        branch with no events.
+        Arguments left out take the server's defaults (branch ``main``, the provider the session
+        started with, else ``openai``, the window minus the reserved output as budget). Raises
+        :class:`NotFound` for a session or branch with no events.
         """
         body = ContextRequest(
             branch=branch,

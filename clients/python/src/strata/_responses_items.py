@@ -169,15 +169,17 @@ def _joined_text(content: Any) -> str:
 
 
 def _take_arguments(rest: Item) -> JsonValue:
-    """The call's arguments as JSON; ``rest`` keeps the original text unless it is exactly
-    what :func:`_arguments_text` writes back."""
+    """The call's arguments as a JSON object (``None`` when the text holds none); ``rest`` keeps
+    the original text unless it is exactly what :func:`_arguments_text` writes back."""
     arguments = rest.get("arguments")
     if not isinstance(arguments, str):
         return None
     try:
         args: JsonValue = json.loads(arguments)
     except ValueError:
-        return arguments
+        return None
+    if not isinstance(args, dict):
+        return None
     if _arguments_text(args) == arguments:
         del rest["arguments"]
     return args

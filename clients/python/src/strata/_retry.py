@@ -10,8 +10,9 @@ import httpx
 from .errors import APIError
 
 #: Statuses that mean the server did nothing with the request: re-sending is always safe.
-#: 503: a backend is unavailable ("nothing of this batch was accepted"); 429: the address is
-#: throttled before the request is handled.
+#: 503: a backend is unavailable ("nothing of this batch was accepted"); 429: a failed
+#: authentication past the address's allowance, or the tenant's events in flight, before
+#: anything of the request was done.
 RETRYABLE_STATUSES = frozenset({429, 503})
 
 #: Transport failures that happen before any byte of the request reaches the server.

@@ -21,6 +21,7 @@ __all__ = [
     "BadRequest",
     "ConfigurationError",
     "Conflict",
+    "EventIdConflict",
     "Forbidden",
     "InsufficientStorage",
     "InternalServerError",
@@ -157,6 +158,22 @@ class Conflict(APIError):
     default_status = 409
 
 
+class EventIdConflict(Conflict):
+    """409: an event id already accepted (or earlier in the batch) was sent with other content;
+    nothing of the batch was appended. A retry must re-send the same event; a new event needs a
+    new id.
+
+    ``events`` lists each such event: ``index``, ``event_id`` and ``differs``, the fields that
+    differ with the SHA-256 of each version (``stored_sha256``, ``sent_sha256``), never the
+    content. A single ``event`` field compares whole events (the earlier one not projected
+    yet)."""
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        details = self.details or {}
+        self.events: list[dict[str, Any]] = list(details.get("events", []))
+
+
 class PayloadTooLarge(APIError):
     """413: the body is over 64 MiB or the batch over 10,000 events; send smaller batches."""
 
@@ -164,8 +181,9 @@ class PayloadTooLarge(APIError):
 
 
 class TooManyRequests(APIError):
-    """429: too many failed authentications from this address; ``retry_after`` says for how
-    long."""
+    """429: this request's key failed, and its address had too many failed authentications this
+    minute; ``retry_after`` says when failures are answered with 401 again (a valid key is always
+    served). Also: the tenant has too many events in flight."""
 
     default_status = 429
 
@@ -195,6 +213,8 @@ _BY_CODE: dict[str, type[APIError]] = {
     "forbidden": Forbidden,
     "not_found": NotFound,
     "request_timeout": RequestTimeout,
+    # Before `conflict`, so that a bare 409 maps to the general class.
+    "event_id_conflict": EventIdConflict,
     "conflict": Conflict,
     "payload_too_large": PayloadTooLarge,
     "too_many_requests": TooManyRequests,

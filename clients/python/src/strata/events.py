@@ -8,6 +8,7 @@ fields a newer server adds survive a read and a re-send through this client.
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import (
@@ -130,12 +131,39 @@ class ToolSpec(_Open):
     """JSON Schema of the arguments."""
 
 
+def tool_arguments(value: Any) -> Any:
+    """Tool-call arguments as the server keeps them: a JSON object, or ``None``.
+
+    OpenAI's ``function.arguments`` is the object's JSON text; such a string is taken as the
+    object, as the server takes it. Anything else (other text, a number, a list) is refused, as
+    the server refuses it with a 400 naming the field."""
+    if value is None or isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            raise ValueError(
+                "expected a JSON object (or its JSON text), found a string that is not JSON"
+            ) from None
+        if isinstance(parsed, dict):
+            return parsed
+        raise ValueError(
+            f"expected a JSON object (or its JSON text), found a string holding "
+            f"{type(parsed).__name__}"
+        )
+    raise ValueError(f"expected a JSON object (or its JSON text), found {type(value).__name__}")
+
+
 class ToolCall(_Open):
     """One tool call requested inside a model response."""
 
     tool_call_id: str
     name: str
     args: JsonValue = None
+    """A JSON object, or ``None``; the object's JSON text is taken as the object."""
+
+    _args = field_validator("args", mode="before")(tool_arguments)
 
 
 class Usage(_Open):
@@ -204,6 +232,9 @@ class ToolCallRequested(Payload):
     tool_call_id: str
     name: str
     args: JsonValue = None
+    """A JSON object, or ``None``; the object's JSON text is taken as the object."""
+
+    _args = field_validator("args", mode="before")(tool_arguments)
 
 
 class ToolCallFinished(Payload):

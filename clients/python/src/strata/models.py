@@ -189,6 +189,9 @@ class AppendOutcome(_Response):
     offset: NonNegativeInt | None = None
     output_ref: str | None = None
     """The artifact ingest stored a large tool output as (``artifact:sha256:<hex>``)."""
+    warnings: list[str] = Field(default_factory=list)
+    """What was accepted but looks wrong: a session whose first event is not
+    ``SessionStarted``, a tool result whose call is not open on the log."""
 
 
 class SessionSummary(_Response):
