@@ -112,6 +112,21 @@ impl Event {
     /// (ingest knows the tenant from the API key); every problem found is reported, not just the
     /// first.
     pub fn from_json(value: Value, default_tenant: Option<&str>) -> Result<Event, InvalidEvent> {
+        Self::parse(value, default_tenant, true)
+    }
+
+    /// Parses an event read back from storage: as [`Event::from_json`], except that what only
+    /// new input must satisfy ([`Payload::check_input`]) is not asked of it, so an event
+    /// accepted under an earlier contract is never lost on the way back.
+    pub fn from_stored_json(value: Value) -> Result<Event, InvalidEvent> {
+        Self::parse(value, None, false)
+    }
+
+    fn parse(
+        value: Value,
+        default_tenant: Option<&str>,
+        input: bool,
+    ) -> Result<Event, InvalidEvent> {
         let Value::Object(mut obj) = value else {
             return Err(InvalidEvent(vec![FieldError::new(
                 "",
@@ -216,6 +231,9 @@ impl Event {
                 Some(ty) => match Payload::from_json(ty, payload_value.clone()) {
                     Ok(p) => Some(p),
                     Err(first) => {
+                        if input {
+                            errors.extend(crate::payload::raw_args_problems(ty, &payload_value));
+                        }
                         errors.extend(payload_problems(ty, payload_value, first));
                         None
                     }
@@ -224,6 +242,9 @@ impl Event {
         };
         if let Some(p) = &payload {
             p.validate(&mut errors);
+            if input {
+                p.check_input(&mut errors);
+            }
         }
         match (errors.is_empty(), timestamp, payload) {
             (true, Some(timestamp), Some(payload)) => Ok(Event {
@@ -341,7 +362,7 @@ impl Serialize for Event {
 impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = Value::deserialize(d)?;
-        Event::from_json(v, None).map_err(serde::de::Error::custom)
+        Event::from_stored_json(v).map_err(serde::de::Error::custom)
     }
 }
 

@@ -132,7 +132,51 @@ event_types! {
     ContextBuilt(ContextBuilt) derived = true,
 }
 
+/// The tool arguments of a payload that did not parse, checked as [`Payload::check_input`]
+/// checks a parsed one's, so that every problem of a bad event is reported at once.
+pub(crate) fn raw_args_problems(ty: EventType, payload: &Value) -> Vec<FieldError> {
+    let check = |field: String, args: Option<&Value>| {
+        let args = args.cloned().unwrap_or(Value::Null);
+        tool_args::normalize(args)
+            .err()
+            .map(|e| FieldError::new(field, e))
+    };
+    match ty {
+        EventType::ModelResponseReceived => payload
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, c)| check(format!("payload.tool_calls[{i}].args"), c.get("args")))
+            .collect(),
+        EventType::ToolCallRequested => check("payload.args".into(), payload.get("args"))
+            .into_iter()
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 impl Payload {
+    /// Checks what new input must satisfy beyond what a stored event did: tool arguments are a
+    /// JSON object (or its text) or nothing ([`tool_args`]).
+    pub(crate) fn check_input(&self, errors: &mut Vec<FieldError>) {
+        let mut check = |field: String, args: &Value| {
+            if let Err(e) = tool_args::normalize(args.clone()) {
+                errors.push(FieldError::new(field, e));
+            }
+        };
+        match self {
+            Payload::ModelResponseReceived(p) => {
+                for (i, c) in p.tool_calls.iter().enumerate() {
+                    check(format!("payload.tool_calls[{i}].args"), &c.args);
+                }
+            }
+            Payload::ToolCallRequested(p) => check("payload.args".into(), &p.args),
+            _ => {}
+        }
+    }
+
     /// Checks constraints serde cannot express; pushes problems onto `errors`.
     pub(crate) fn validate(&self, errors: &mut Vec<FieldError>) {
         fn non_empty(errors: &mut Vec<FieldError>, field: &str, value: &str) {
@@ -292,7 +336,6 @@ pub mod tool_args {
     //! the object's compact JSON text, Anthropic's the object), key order is kept, and renders
     //! stay deterministic, so a provider's prompt cache sees the same prefix every time.
 
-    use serde::de::Error as _;
     use serde::{Deserialize, Deserializer};
     use serde_json::Value;
 
@@ -321,8 +364,12 @@ pub mod tool_args {
         }
     }
 
+    /// Reads arguments as stored: the JSON text of an object becomes the object, anything else
+    /// stays as it is, so that an event stored before this contract still reads back. New input
+    /// is held to the contract by [`super::Payload::check_input`].
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
-        normalize(Value::deserialize(d)?).map_err(D::Error::custom)
+        let value = Value::deserialize(d)?;
+        Ok(normalize(value.clone()).unwrap_or(value))
     }
 
     /// The JSON Schema of what [`normalize`] takes.

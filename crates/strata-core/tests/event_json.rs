@@ -430,6 +430,25 @@ fn tool_arguments_that_are_no_object_are_refused_with_their_path() {
     assert_eq!(errs[0].0, "payload.args", "{errs:?}");
 }
 
+#[test]
+fn an_event_stored_before_the_arguments_contract_still_reads_back() {
+    // Accepted by an earlier build, which kept any JSON value: refused as new input, read back
+    // whole from storage (nothing accepted is lost), its text kept as it was.
+    let stored = with_calls(json!("ls -la"));
+    assert!(strata_core::Event::from_json(stored.clone(), None).is_err());
+    let e = strata_core::Event::from_stored_json(stored).expect("a stored event reads back");
+    assert_eq!(
+        e.to_json()["payload"]["tool_calls"][1]["args"],
+        json!("ls -la")
+    );
+    let parsed: strata_core::Event =
+        serde_json::from_value(with_calls(json!("{\"cmd\": \"ls\"}"))).expect("reads back");
+    assert_eq!(
+        parsed.to_json()["payload"]["tool_calls"][1]["args"],
+        json!({"cmd": "ls"})
+    );
+}
+
 fn payload_errors(ty: &str, payload: serde_json::Value) -> Vec<(String, String)> {
     errors_of(
         json!({"event_id": "e1", "tenant_id": "t", "session_id": "s",

@@ -373,7 +373,7 @@ impl Folder {
                 if row.tenant_id == fork.tenant_id && row.session_id == fork.session_id {
                     let value = serde_json::from_str(&row.json)
                         .map_err(|e| Error::Invalid(format!("a folded event's JSON: {e}")))?;
-                    if let Ok(e) = Event::from_json(value, None) {
+                    if let Ok(e) = Event::from_stored_json(value) {
                         history.push(e);
                     }
                 }

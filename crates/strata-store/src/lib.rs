@@ -308,7 +308,7 @@ pub trait ProjectionStore: Debug + Send + Sync + 'static {
                     return Ok(out);
                 }
                 after = after.max(seq);
-                match strata_core::Event::from_json(value, None) {
+                match strata_core::Event::from_stored_json(value) {
                     Ok(event) => out.push(event),
                     Err(e) => tracing::warn!(tenant, session, seq, error = %e,
                         "a stored event does not parse; left out of the events read back"),
