@@ -12,7 +12,6 @@
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::rehydration::WORKING_SET_REASON;
 use super::{is_salient, AssemblyRequest, RehydrationDecision, TimelineMessage, ToolPair};
 use crate::projection::truncate_chars;
 
@@ -776,26 +775,7 @@ impl<'a> Aging<'a> {
     ) -> Self {
         let messages: Vec<&TimelineMessage> = visible.iter().collect();
         let request_text = request.request.as_deref();
-        let mut in_place = BTreeMap::new();
-        for d in rehydrations
-            .iter_mut()
-            .filter(|d| d.rehydrated && d.reason == WORKING_SET_REASON)
-        {
-            let raw = d
-                .artifact_ref
-                .as_ref()
-                .and_then(|r| request.rehydrated.get(r));
-            match (raw, &d.tool_call_id) {
-                (Some(raw), Some(id)) => {
-                    in_place.insert(id.clone(), raw.as_str());
-                }
-                _ => {
-                    d.rehydrated = false;
-                    d.reason =
-                        "admitted, but the raw bytes could not be read from blob storage".into();
-                }
-            }
-        }
+        let in_place = super::rehydration::in_place(request, rehydrations);
         Aging {
             salience: Salience::of(&messages, request_text),
             superseded: superseded(&messages),

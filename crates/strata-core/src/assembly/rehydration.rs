@@ -2,6 +2,8 @@
 //! by id, ref or words, and under the long-turn policy the working set's — decided before any
 //! blob is read, then placed and, where the token budget cannot take them, refused.
 
+use std::collections::BTreeMap;
+
 use super::candidates::Cx;
 use super::render::data_message;
 use super::{
@@ -350,6 +352,35 @@ fn decided_call<'v>(
 /// working set's go in place, see [`super::Aging`].) A request that names what it needs from
 /// the output ("the EMEA-North rows") gets the header line and the lines that mention it, each
 /// byte for byte.
+/// The raw bytes of the working set's offloaded outputs the plan admitted, by tool call id: sent
+/// in place of their previews. An admitted one whose bytes the service could not read is
+/// refused, saying so.
+pub(super) fn in_place<'r>(
+    request: &'r AssemblyRequest,
+    rehydrations: &mut [RehydrationDecision],
+) -> BTreeMap<String, &'r str> {
+    let mut in_place = BTreeMap::new();
+    for d in rehydrations
+        .iter_mut()
+        .filter(|d| d.rehydrated && d.reason == WORKING_SET_REASON)
+    {
+        let raw = d
+            .artifact_ref
+            .as_ref()
+            .and_then(|r| request.rehydrated.get(r));
+        match (raw, &d.tool_call_id) {
+            (Some(raw), Some(id)) => {
+                in_place.insert(id.clone(), raw.as_str());
+            }
+            _ => {
+                d.rehydrated = false;
+                d.reason = "admitted, but the raw bytes could not be read from blob storage".into();
+            }
+        }
+    }
+    in_place
+}
+
 pub(super) fn raw_units(
     cx: &Cx<'_>,
     visible: &[TimelineMessage],

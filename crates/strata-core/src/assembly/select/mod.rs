@@ -89,7 +89,8 @@ pub(super) fn assemble(
     let fixed = fixed::units(&cx, &visible, &mut compaction, valuation, &mut omitted);
     let mut units = fixed.always;
     units.extend(rehydration::raw_units(&cx, &visible, &mut rehydrations));
-    let history = pieces::split(&cx, &compaction.live);
+    let in_place = rehydration::in_place(request, &mut rehydrations);
+    let history = pieces::split(&cx, &compaction.live, &in_place);
     let (choice, why) = match valuation {
         Valuation::Transcript => (choose::everything(&history), "transcript replay"),
         Valuation::MaskOlderOutputs { newest } => (

@@ -3,7 +3,7 @@
 //! what a user said, the model's words, each call's arguments, each result — and each piece into
 //! lines, with their terms and an estimate of their tokens.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::candidates::Cx;
 use super::super::render::{render_message, Rendering};
@@ -82,7 +82,13 @@ impl History<'_> {
 }
 
 /// Renders `live` whole and cuts it into pieces.
-pub(super) fn split<'v>(cx: &Cx<'_>, live: &'v [&'v TimelineMessage]) -> History<'v> {
+/// `in_place` holds the raw bytes of offloaded outputs admitted for the working set: they are
+/// candidates whole, where other offloaded outputs are their previews.
+pub(super) fn split<'v>(
+    cx: &Cx<'_>,
+    live: &'v [&'v TimelineMessage],
+    in_place: &BTreeMap<String, &str>,
+) -> History<'v> {
     let ages = step_ages(live);
     let protected = protected_messages(live);
     let unresolved: BTreeSet<&str> = cx
@@ -102,8 +108,9 @@ pub(super) fn split<'v>(cx: &Cx<'_>, live: &'v [&'v TimelineMessage]) -> History
     let mut rendered = Vec::with_capacity(live.len());
     let mut pieces = Vec::new();
     for (i, m) in live.iter().enumerate() {
-        let (messages, sources, tokens) =
+        let (mut messages, sources, mut tokens) =
             render_message(m, Rendering::Current, cx.notes, cx.gate, None, cx.tokens);
+        tokens = raw_in_place(&mut messages, tokens, in_place, cx);
         let bytes: usize = messages.iter().map(message_bytes).sum();
         let frame = frame_tokens(&messages);
         let per_byte = tokens.saturating_sub(frame) as f64 / bytes.max(1) as f64;
@@ -154,6 +161,29 @@ pub(super) fn split<'v>(cx: &Cx<'_>, live: &'v [&'v TimelineMessage]) -> History
         rendered,
         pieces,
     }
+}
+
+/// Puts the raw bytes of `in_place` outputs where their previews are; returns the tokens.
+fn raw_in_place(
+    messages: &mut [BundleMessage],
+    mut tokens: u64,
+    in_place: &BTreeMap<String, &str>,
+    cx: &Cx<'_>,
+) -> u64 {
+    for m in messages {
+        if let BundleMessage::Tool {
+            tool_call_id,
+            content,
+            ..
+        } = m
+        {
+            if let Some(raw) = in_place.get(tool_call_id.as_str()) {
+                tokens = tokens.saturating_sub(cx.tokens.count(content)) + cx.tokens.count(raw);
+                *content = (*raw).to_owned();
+            }
+        }
+    }
+    tokens
 }
 
 /// What every piece of one message shares.
