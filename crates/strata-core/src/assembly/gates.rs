@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::render::{Rendering, MEMORY_FIRST_MIN_CHARS};
 use super::{
-    Omission, OmissionReason, Provider, Snapshot, Tier, TimelineMessage, ToolPair, PEER_ROLE,
+    AssemblyRequest, Omission, OmissionReason, Provider, Snapshot, Tier, TimelineMessage, ToolPair,
+    PEER_ROLE,
 };
 use crate::payload::PrivacyClass;
 use crate::projection::truncate_chars;
@@ -247,6 +248,24 @@ impl Gate {
 /// private working state; its final text is branch context, sent with a speaker label. In
 /// multi-party sessions, user messages of a participant that is not an agent (a moderator)
 /// carry its label too.
+/// What every policy starts from: the request's privacy gate, the messages this participant may
+/// see (another participant's working state is never a candidate), what the memories say about
+/// each call, and what visibility and privacy left out.
+pub(super) fn admitted<'s>(
+    snapshot: &'s Snapshot,
+    request: &AssemblyRequest,
+    tokens: &dyn TokenCounter,
+) -> (Gate, Vec<TimelineMessage>, CallNotes<'s>, Vec<Omission>) {
+    let gate = Gate {
+        provider: request.provider,
+        confidential_allowed: request.confidential_allowed,
+    };
+    let (visible, mut omitted) = visible_messages(snapshot, tokens);
+    let notes = call_notes(snapshot, gate);
+    omitted.extend(results_left_out(&visible, &notes, gate));
+    (gate, visible, notes, omitted)
+}
+
 pub(super) fn visible_messages(
     snapshot: &Snapshot,
     tokens: &dyn TokenCounter,

@@ -812,14 +812,7 @@ pub fn assemble_with_policy(
     let request = budget::within_policy(request, policy);
     let request = request.as_ref();
     let (budget, policy) = budget::budget_and_policy(snapshot, request, policy);
-    let gate = Gate {
-        provider: request.provider,
-        confidential_allowed: request.confidential_allowed,
-    };
-    // Visibility first: another participant's working state is never a candidate.
-    let (visible, mut omitted) = gates::visible_messages(snapshot, tokens);
-    let notes = gates::call_notes(snapshot, gate);
-    omitted.extend(gates::results_left_out(&visible, &notes, gate));
+    let (gate, visible, notes, mut omitted) = gates::admitted(snapshot, request, tokens);
     let mut rehydrations = rehydration_plan_with_policy(snapshot, request, &policy);
     let aging = policy
         .aged_steps_after

@@ -22,7 +22,7 @@ mod terms;
 use std::collections::HashSet;
 
 use super::candidates::{self, Cx};
-use super::gates::{self, Gate};
+use super::gates;
 use super::selection::Selected;
 use super::{
     budget, record, rehydration, Assembled, AssemblyPolicy, AssemblyRequest, Snapshot, Unit,
@@ -58,13 +58,7 @@ pub(super) fn assemble(
     tokens: &dyn TokenCounter,
 ) -> Assembled {
     let (budget, _) = budget::budget_and_policy(snapshot, request, policy);
-    let gate = Gate {
-        provider: request.provider,
-        confidential_allowed: request.confidential_allowed,
-    };
-    let (visible, mut omitted) = gates::visible_messages(snapshot, tokens);
-    let notes = gates::call_notes(snapshot, gate);
-    omitted.extend(gates::results_left_out(&visible, &notes, gate));
+    let (gate, visible, notes, mut omitted) = gates::admitted(snapshot, request, tokens);
     let mut rehydrations = rehydration::rehydration_plan_with_policy(snapshot, request, policy);
     let cx = Cx {
         snapshot,
