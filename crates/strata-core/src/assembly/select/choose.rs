@@ -89,14 +89,15 @@ pub(super) fn by_evidence(history: &History<'_>, mut covered: HashSet<Term>, roo
     for p in history.pieces.iter().filter(|p| p.protected) {
         covered.extend(p.lines.iter().flat_map(|l| l.terms.iter().map(|&(t, _)| t)));
     }
-    let score = |pi: usize, li: usize, covered: &HashSet<Term>, messages: &Messages| {
-        let p = &history.pieces[pi];
-        weights.value(p, li, covered) / (p.lines[li].tokens + messages.opening(p.message))
-    };
+    let score =
+        |pi: usize, li: usize, covered: &HashSet<Term>, messages: &Messages, keep: &[bool]| {
+            let p = &history.pieces[pi];
+            weights.value(p, li, covered) / cost(p, li, messages, keep)
+        };
     let mut heap: BinaryHeap<Candidate> = BinaryHeap::new();
     for (pi, p) in history.pieces.iter().enumerate() {
         for li in (0..p.lines.len()).filter(|_| !p.protected) {
-            let score = score(pi, li, &covered, &messages);
+            let score = score(pi, li, &covered, &messages, &choice.keep[pi]);
             if score > 0.0 {
                 heap.push(Candidate { score, pi, li });
             }
@@ -104,7 +105,7 @@ pub(super) fn by_evidence(history: &History<'_>, mut covered: HashSet<Term>, roo
     }
     let mut room = room;
     while let Some(top) = heap.pop() {
-        let score = score(top.pi, top.li, &covered, &messages);
+        let score = score(top.pi, top.li, &covered, &messages, &choice.keep[top.pi]);
         if score <= 0.0 {
             continue;
         }
@@ -114,7 +115,7 @@ pub(super) fn by_evidence(history: &History<'_>, mut covered: HashSet<Term>, roo
         }
         let piece = &history.pieces[top.pi];
         let line = &piece.lines[top.li];
-        let cost = line.tokens + messages.opening(piece.message);
+        let cost = cost(piece, top.li, &messages, &choice.keep[top.pi]);
         if cost > room {
             continue;
         }
@@ -126,6 +127,19 @@ pub(super) fn by_evidence(history: &History<'_>, mut covered: HashSet<Term>, roo
     fill_newest_first(history, &mut choice, &mut messages, room);
     choice
 }
+
+/// Tokens choosing line `li` of `p` adds: the line, its message's framing when it opens the
+/// message, and the gap marker it makes or saves between the piece's chosen lines.
+fn cost(p: &Piece, li: usize, messages: &Messages, keep: &[bool]) -> f64 {
+    let gap_before = li > 0 && !keep[li - 1];
+    let gap_after = li + 1 < keep.len() && !keep[li + 1];
+    let had_lines = keep.iter().any(|&k| k);
+    let gaps = i32::from(gap_before) + i32::from(gap_after) - i32::from(had_lines);
+    p.lines[li].tokens + messages.opening(p.message) + f64::from(gaps) * GAP_TOKENS
+}
+
+/// What a gap marker (`[… N lines …]`) costs.
+const GAP_TOKENS: f64 = 7.0;
 
 /// Which messages of the history are sent (have a line chosen), and what opening one costs.
 pub(super) struct Messages {
@@ -249,11 +263,11 @@ fn fill_newest_first(
     mut room: f64,
 ) {
     for (pi, p) in history.pieces.iter().enumerate().rev() {
-        for (li, line) in p.lines.iter().enumerate() {
+        for li in 0..p.lines.len() {
             if room < 1.0 {
                 return;
             }
-            let cost = line.tokens + messages.opening(p.message);
+            let cost = cost(p, li, messages, &choice.keep[pi]);
             if !choice.keep[pi][li] && cost <= room {
                 room -= cost;
                 messages.open(p.message);

@@ -171,22 +171,35 @@ fn other_text(m: &BundleMessage) -> String {
 /// A piece as sent: whole, its chosen lines with the gaps marked, or one line.
 fn shown_text(p: &Piece, keep: &[bool]) -> String {
     if keep.iter().all(|&k| k) {
-        return p.text.clone();
+        return p.whole.clone().unwrap_or_else(|| p.text.clone());
     }
     let lines = p.lines.len();
     if !keep.iter().any(|&k| k) {
         return placeholder(p, lines);
     }
+    if let Some(args) = &p.arguments {
+        return super::arguments::rebuild(args, keep);
+    }
+    kept_lines(
+        p.lines
+            .iter()
+            .map(|l| &p.text[l.start..l.end])
+            .zip(keep.iter().copied()),
+    )
+}
+
+/// The kept lines in order, each run of left-out ones marked as a gap.
+pub(super) fn kept_lines<'a>(lines: impl Iterator<Item = (&'a str, bool)>) -> String {
     let mut out = String::new();
     let mut gap = 0;
-    for (line, &k) in p.lines.iter().zip(keep) {
+    for (line, k) in lines {
         if !k {
             gap += 1;
             continue;
         }
         push_gap(&mut out, gap);
         gap = 0;
-        out.push_str(&p.text[line.start..line.end]);
+        out.push_str(line);
     }
     push_gap(&mut out, gap);
     out

@@ -13,6 +13,7 @@
 //! every line, observation masking every message and the newest N results, so the default can be
 //! measured against them at equal size, not argued.
 
+mod arguments;
 mod choose;
 mod emit;
 mod fixed;
@@ -105,10 +106,8 @@ pub(super) fn assemble(
                 )
             } else {
                 units.extend(fixed.when_cut);
-                let room = room(&history, overhead(snapshot, &units), target);
-                let covered = names_of(&units);
                 (
-                    choose::by_evidence(&history, covered, room),
+                    aim(&cx, &history, &units, target),
                     "chosen by the evidence it adds per token",
                 )
             }
@@ -124,6 +123,26 @@ pub(super) fn assemble(
     rehydration::refuse_unselected(&visible, &selected.units, &mut rehydrations);
     record::finish(&cx, budget, selected, omitted, rehydrations)
 }
+
+/// Lines chosen by evidence within `target` beside `fixed`. The costs chosen by are estimates (a
+/// line's share of its message's tokens, the gap markers), so a context that lands more than
+/// [`AIM_TOLERANCE`] off the target is chosen once more with the difference added to the room.
+fn aim(cx: &Cx<'_>, history: &pieces::History<'_>, fixed: &[Unit], target: u64) -> choose::Choice {
+    let base = overhead(cx.snapshot, fixed);
+    let covered = names_of(fixed);
+    let first_room = room(history, base, target);
+    let choice = choose::by_evidence(history, covered.clone(), first_room);
+    let (units, _) = emit::units(cx, history, &choice, "");
+    let sent = (base + units.iter().map(|u| u.tokens).sum::<u64>()) as f64;
+    let off = target as f64 - sent;
+    if off.abs() <= target as f64 * AIM_TOLERANCE || first_room <= 0.0 {
+        return choice;
+    }
+    choose::by_evidence(history, covered, (first_room + off).max(0.0))
+}
+
+/// How far off its target a context may land before its lines are chosen again.
+const AIM_TOLERANCE: f64 = 0.03;
 
 /// Tokens of `units` with the tool schemas and the reply's priming.
 fn overhead(snapshot: &Snapshot, units: &[Unit]) -> u64 {

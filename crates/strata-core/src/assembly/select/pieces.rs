@@ -38,8 +38,12 @@ pub(super) struct Piece {
     /// Index of its message in the live history.
     pub message: usize,
     pub part: Part,
+    /// The text its lines are cut from (for arguments, their string values).
     pub text: String,
     pub lines: Vec<Line>,
+    /// Arguments: the parsed JSON, rebuilt around the chosen lines, and the text as sent whole.
+    pub arguments: Option<serde_json::Value>,
+    pub whole: Option<String>,
     /// Sent whole whatever the target: the newest step, the request, an unresolved error.
     pub protected: bool,
     /// Steps (assistant messages) after its message.
@@ -126,7 +130,7 @@ pub(super) fn split<'v>(
                 BundleMessage::Assistant { text, tool_calls } => {
                     pieces.push(cut.piece(Part::Words, text));
                     for (k, c) in tool_calls.iter().enumerate() {
-                        pieces.push(cut.whole(Part::Arguments(k), &c.arguments));
+                        pieces.push(cut.arguments(k, &c.arguments));
                     }
                 }
                 BundleMessage::Tool {
@@ -207,10 +211,22 @@ impl Cut {
         self.with_lines(part, text, lines)
     }
 
-    /// A piece that is one line, however long (call arguments: JSON, whole or not at all).
-    fn whole(&self, part: Part, text: &str) -> Piece {
-        let lines = vec![self.line(text, 0, text.len())];
-        self.with_lines(part, text, lines)
+    /// A call's arguments: a JSON object by the lines of its string values; anything else one
+    /// line, whole or not at all.
+    fn arguments(&self, k: usize, text: &str) -> Piece {
+        let part = Part::Arguments(k);
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(args @ serde_json::Value::Object(_)) => {
+                let mut piece = self.piece(part, &super::arguments::leaves_text(&args));
+                piece.arguments = Some(args);
+                piece.whole = Some(text.to_owned());
+                piece
+            }
+            _ => {
+                let lines = vec![self.line(text, 0, text.len())];
+                self.with_lines(part, text, lines)
+            }
+        }
     }
 
     fn line(&self, text: &str, start: usize, end: usize) -> Line {
@@ -232,6 +248,8 @@ impl Cut {
             part,
             text: text.to_owned(),
             lines,
+            arguments: None,
+            whole: None,
             protected: self.protected,
             age: self.age,
             in_play: false,
