@@ -44,7 +44,7 @@ pub enum Valuation {
 
 /// The size the default valuation aims for when the request sets no `target_tokens`: chosen
 /// from the recall curve on the development corpus (`docs/BENCHMARKS.md`).
-pub const DEFAULT_TARGET_TOKENS: u64 = 12_000;
+pub const DEFAULT_TARGET_TOKENS: u64 = 20_000;
 
 /// Tokens a placeholder line costs, and a gap marker inside a piece sent by its lines.
 pub(super) const PLACEHOLDER_TOKENS: f64 = 8.0;
