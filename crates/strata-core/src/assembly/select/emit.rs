@@ -152,20 +152,13 @@ fn cut_messages(
                 BundleMessage::User { text }
             }
             other => {
-                tokens += message_tokens(&other_text(other), cx.tokens);
+                tokens += message_tokens(&super::fixed::message_text(other), cx.tokens);
                 other.clone()
             }
         };
         out.push(cut);
     }
     (out, tokens)
-}
-
-fn other_text(m: &BundleMessage) -> String {
-    match m {
-        BundleMessage::System { text } | BundleMessage::Data { text, .. } => text.clone(),
-        _ => String::new(),
-    }
 }
 
 /// A piece as sent: whole, its chosen lines with the gaps marked, or one line.
