@@ -18,6 +18,7 @@ const SECTIONS = [
   ["current turn", ["current_request", "user_message", "assistant_step", "aged_step",
     "pending_tool_calls"],
     "#d3582f"],
+  ["history", ["said", "step", "left_out_note"], "#b3442f"],
   ["rehydrated bytes", ["rehydrated_artifact", "raw_tool_output"], "#1b9bb3"],
 ];
 const OTHER = ["other", [], "#9aa3b2"];

@@ -446,12 +446,12 @@ fn policy_8_leaves_out_a_hypothesis_whose_message_the_history_holds() {
         "7 offers it beside its message"
     );
     assert_eq!(
-        offered(&with_message, &AssemblyPolicy::default()),
+        offered(&with_message, &AssemblyPolicy::OWN_WORDS),
         (0, true)
     );
     // Without its message in the history (compacted away, or before the window), it is what
     // remains of that sentence: offered.
     let mut without = with_message.clone();
     without.messages.retain(|m| m.event_id != "a1");
-    assert_eq!(offered(&without, &AssemblyPolicy::default()).0, 1);
+    assert_eq!(offered(&without, &AssemblyPolicy::OWN_WORDS).0, 1);
 }

@@ -225,6 +225,11 @@ const FILES_IN_PLAY: usize = 4;
 /// Characters of a file in play's newest read sent; past them, its evidence lines.
 const FILE_VIEW_MAX_CHARS: usize = 6_000;
 
+/// Whether a call reads a file its arguments name: a view of the work, not a fetched payload.
+pub(super) fn reads_named_file(c: &ToolPair) -> bool {
+    reads_file(c) && file_path(&c.args).is_some()
+}
+
 /// Whether a call reads a file (Claude Code's `Read`, an editor's `view`).
 fn reads_file(c: &ToolPair) -> bool {
     let name = c.name.to_lowercase();

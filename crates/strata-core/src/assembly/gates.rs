@@ -62,6 +62,22 @@ pub(super) struct CallNote<'a> {
 pub(super) type CallNotes<'a> = BTreeMap<&'a str, CallNote<'a>>;
 
 impl CallNote<'_> {
+    /// The note without the marks a result shown as written would carry (a stale but not
+    /// volatile result, a conflict): what stands in for a result stays.
+    pub(super) fn without_marks(&self) -> Self {
+        CallNote {
+            memory: self.memory,
+            superseded_by: self.superseded_by.clone(),
+            stale: self.stale.clone().filter(|(_, _, volatile)| *volatile),
+            conflicts: Vec::new(),
+        }
+    }
+
+    /// Whether the result is past its freshness or replaced by a later one.
+    pub(super) fn outdated(&self) -> bool {
+        self.stale.is_some() || self.superseded_by.is_some()
+    }
+
     /// Freshness and conflict marks to put before a result shown as it was.
     pub(super) fn marks(&self) -> String {
         let mut out = String::new();

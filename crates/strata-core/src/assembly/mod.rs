@@ -43,9 +43,9 @@ pub use render::preview;
 use render::{data_message, is_salient};
 pub use select::{Valuation, DEFAULT_TARGET_TOKENS};
 
-/// Version of the default assembly policy ([`POLICY_VERSION_OWN_WORDS`]); every assembly records
+/// Version of the default assembly policy ([`POLICY_VERSION_SELECT`]); every assembly records
 /// its policy's version, part of its identity.
-pub const POLICY_VERSION: &str = POLICY_VERSION_OWN_WORDS;
+pub const POLICY_VERSION: &str = POLICY_VERSION_SELECT;
 /// The policy that compresses completed turns and sends the current turn verbatim while the
 /// budget allows (the default until `strata.assembly/5`; selectable for replays and eval).
 pub const POLICY_VERSION_TURNS: &str = "strata.assembly/3";
@@ -78,7 +78,7 @@ pub const POLICY_VERSION_ANSWERED: &str = "strata.assembly/5";
 /// the working set is digested (it is aged like the recent turns), and a digested turn's
 /// requests and the answer that closed it (its last message with no call) go whole up to
 /// [`SAID_IN_DIGEST_MAX_CHARS`], the steps between them a line each — what the user and the
-/// model said is what later turns name. The default.
+/// model said is what later turns name.
 pub const POLICY_VERSION_SAID: &str = "strata.assembly/6";
 /// [`POLICY_VERSION_SAID`] with aged results chosen together: newest first, each keeps its
 /// first and last line and then the lines that name what the rest of the context does not
@@ -91,7 +91,8 @@ pub const POLICY_VERSION_NOVEL: &str = "strata.assembly/7";
 /// command's JSON never matched its text before), an aged call keeps string arguments up to
 /// 3,000 characters whole, a digested turn keeps its requests and closing answer whole up to
 /// 5,000 characters and a digested step's code-naming sentences up to 3,000, and a hypothesis
-/// memory whose message the history still holds is left out as what the context says.
+/// memory whose message the history still holds is left out as what the context says. The
+/// default before [`POLICY_VERSION_SELECT`].
 pub const POLICY_VERSION_OWN_WORDS: &str = "strata.assembly/8";
 /// [`POLICY_VERSION_OWN_WORDS`] with a floor: a history whose every message and output fits
 /// [`WHOLE_HISTORY_TOKENS`] (with the system prompt and tools) goes as written, every step
@@ -112,9 +113,10 @@ pub const POLICY_VERSION_IN_PLAY: &str = "strata.assembly/10";
 /// whole) — on a long run the reports of every subagent the agent ever started no longer ride
 /// along, whole, at every call.
 pub const POLICY_VERSION_REPORTS_AGE: &str = "strata.assembly/11";
-/// One selection: every piece of history a candidate in a few renderings, chosen by the
-/// evidence it adds for the next action per token up to the target ([`Valuation::Evidence`];
-/// the mechanism is described in the `select` module).
+/// One selection, the default: every piece of history a candidate in a few renderings, chosen by
+/// the evidence it adds for the next action per token up to the target ([`Valuation::Evidence`];
+/// the mechanism is described in the `select` module). Measured against policy 8 and the
+/// baselines in `docs/BENCHMARKS.md`.
 pub const POLICY_VERSION_SELECT: &str = "strata.assembly/12";
 /// Transcript replay as a configuration of the selection: every message as written.
 pub const BASELINE_TRANSCRIPT: &str = "strata.baseline/transcript";
@@ -193,7 +195,7 @@ pub struct AssemblyPolicy {
 
 impl Default for AssemblyPolicy {
     fn default() -> Self {
-        AssemblyPolicy::OWN_WORDS
+        AssemblyPolicy::SELECT
     }
 }
 
@@ -303,7 +305,7 @@ impl AssemblyPolicy {
     pub fn all() -> [AssemblyPolicy; 12] {
         [
             AssemblyPolicy::default(),
-            AssemblyPolicy::SELECT,
+            AssemblyPolicy::OWN_WORDS,
             AssemblyPolicy::REPORTS_AGE,
             AssemblyPolicy::IN_PLAY,
             AssemblyPolicy::WHOLE_SHORT,

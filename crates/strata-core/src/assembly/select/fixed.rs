@@ -5,7 +5,7 @@
 //! history does not carry, and what other sessions remember (memories of other scopes). A
 //! baseline gets only what a provider call needs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::candidates::{self, Compacted, Cx};
 use super::super::state::{render_facts, render_state, subagent_unit};
@@ -20,8 +20,7 @@ use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
 pub(super) struct Fixed {
     /// Sent in every case.
     pub always: Vec<Unit>,
-    /// Sent when the history is cut: the unresolved errors (a whole history shows them) and
-    /// other sessions' memories (a whole history goes as written, nothing stacked on it).
+    /// Sent when the history is cut: the unresolved errors (a whole history shows them).
     pub when_cut: Vec<Unit>,
 }
 
@@ -29,6 +28,7 @@ pub(super) fn units(
     cx: &Cx<'_>,
     visible: &[TimelineMessage],
     compaction: &mut Compacted<'_>,
+    in_place: &BTreeMap<String, &str>,
     valuation: Valuation,
     omitted: &mut Vec<Omission>,
 ) -> Fixed {
@@ -39,18 +39,38 @@ pub(super) fn units(
     if valuation == Valuation::Evidence {
         always.extend(compaction.summary.take());
         always.extend(published_state(cx, &compaction.live));
-        always.extend(subagent_reports(cx, &compaction.live, omitted));
-        when_cut.extend(
-            candidates::state_units(cx)
-                .into_iter()
-                .filter(|u| u.kind == "recovery_state"),
-        );
-        when_cut.extend(other_sessions_memories(cx, compaction, omitted));
+        always.extend(subagent_reports(cx, &compaction.live, in_place, omitted));
+        // The unresolved errors: a whole history shows them, unless one's call is not in it
+        // (not on the log, or before the window).
+        let recovery = candidates::state_units(cx)
+            .into_iter()
+            .filter(|u| u.kind == "recovery_state");
+        if errors_outside(cx, &compaction.live) {
+            always.extend(recovery);
+        } else {
+            when_cut.extend(recovery);
+        }
+        // What other sessions remember no message of this one says: it goes even with a
+        // whole history.
+        always.extend(other_sessions_memories(cx, compaction, omitted));
     }
     for u in always.iter_mut().chain(&mut when_cut) {
         u.protected = true;
     }
     Fixed { always, when_cut }
+}
+
+/// Whether an unresolved error's call is not among the history's messages.
+fn errors_outside(cx: &Cx<'_>, live: &[&TimelineMessage]) -> bool {
+    let calls: BTreeSet<&str> = live
+        .iter()
+        .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str()))
+        .collect();
+    cx.snapshot
+        .state
+        .errors
+        .iter()
+        .any(|e| !calls.contains(e.tool_call_id.as_str()))
 }
 
 /// A unit the context already says, or that a whole history leaves out.
@@ -65,7 +85,7 @@ pub(super) fn restated(u: Unit) -> Omission {
 }
 
 /// The goal, task, plan, criteria, constraints, decisions and facts published as state
-/// (`StateUpdated`) that no message of the history carries: a history sent whole does not say
+/// (`StateUpdated`), and the files written (`FileWritten`), that no message of the history carries: a history sent whole does not say
 /// them, a history cut by lines might not either.
 fn published_state(cx: &Cx<'_>, live: &[&TimelineMessage]) -> Option<Unit> {
     let in_history: BTreeSet<&str> = live
@@ -98,6 +118,10 @@ fn published_state(cx: &Cx<'_>, live: &[&TimelineMessage]) -> Option<Unit> {
         open_questions: published(&s.open_questions),
         decisions: published(&s.decisions),
         facts: published(&s.facts),
+        files_modified: published(&s.files_modified)
+            .into_iter()
+            .filter(|f| !named_by_a_call(live, &f.text))
+            .collect(),
         ..AgentState::default()
     };
     let (mut text, mut sources) = render_state(&state);
@@ -122,10 +146,18 @@ fn published_state(cx: &Cx<'_>, live: &[&TimelineMessage]) -> Option<Unit> {
     })
 }
 
+/// Whether a call of the history names `path` in its arguments (the write that made it).
+fn named_by_a_call(live: &[&TimelineMessage], path: &str) -> bool {
+    live.iter()
+        .flat_map(|m| &m.tool_calls)
+        .any(|c| c.args.contains(path))
+}
+
 /// Finished or running subagents, except a report a result in the history already carries.
 fn subagent_reports(
     cx: &Cx<'_>,
     live: &[&TimelineMessage],
+    in_place: &BTreeMap<String, &str>,
     omitted: &mut Vec<Omission>,
 ) -> Vec<Unit> {
     let mut units = Vec::new();
@@ -140,7 +172,10 @@ fn subagent_reports(
         let carried = report.is_some_and(|r| {
             live.iter()
                 .flat_map(|m| m.tool_calls.iter())
-                .any(|c| c.output.as_deref().is_some_and(|o| o.contains(r)))
+                .filter_map(|c| {
+                    (c.output.as_deref()).or_else(|| in_place.get(&c.tool_call_id).copied())
+                })
+                .any(|o| o.contains(r))
         });
         if carried {
             omitted.push(restated(unit));

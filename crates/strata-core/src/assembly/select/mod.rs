@@ -70,22 +70,30 @@ pub(super) fn assemble(
         aging: None,
         tokens,
     };
-    // A compaction's summary goes, and the messages it stands in for stay candidates: they
-    // compete for the target like the rest, the summary's names counted as carried.
-    let mut compaction = candidates::Compacted {
-        applied: false,
-        live: visible.iter().collect(),
-        calls: Default::default(),
-        summary: match valuation {
-            Valuation::Evidence => candidates::compacted(&cx, &visible, &mut Vec::new()).summary,
-            _ => None,
+    // A compaction's summary stands in for the messages before its first kept event, as the
+    // compactor decided (they stay on the log, and rehydration brings a result back).
+    let mut compaction = match valuation {
+        Valuation::Evidence => candidates::compacted(&cx, &visible, &mut omitted),
+        _ => candidates::Compacted {
+            applied: false,
+            live: visible.iter().collect(),
+            calls: Default::default(),
+            summary: None,
         },
     };
-    let fixed = fixed::units(&cx, &visible, &mut compaction, valuation, &mut omitted);
-    let mut units = fixed.always;
-    units.extend(rehydration::raw_units(&cx, &visible, &mut rehydrations));
+    let raw = rehydration::raw_units(&cx, &visible, &mut rehydrations);
     let in_place = rehydration::in_place(request, &mut rehydrations);
-    let history = pieces::split(&cx, &compaction.live, &in_place);
+    let fixed = fixed::units(
+        &cx,
+        &visible,
+        &mut compaction,
+        &in_place,
+        valuation,
+        &mut omitted,
+    );
+    let mut units = fixed.always;
+    units.extend(raw);
+    let history = pieces::split(&cx, &compaction.live, &in_place, valuation);
     let (choice, why) = match valuation {
         Valuation::Transcript => (choose::everything(&history), "transcript replay"),
         Valuation::MaskOlderOutputs { newest } => (

@@ -5,10 +5,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::super::aging;
 use super::super::candidates::Cx;
+use super::super::gates::CallNotes;
 use super::super::render::{render_message, Rendering};
 use super::super::{is_step, BundleMessage, TimelineMessage};
 use super::terms::{terms, Term};
+use super::Valuation;
 use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
 
 /// Which part of a message a piece is.
@@ -87,13 +90,21 @@ impl History<'_> {
 
 /// Renders `live` whole and cuts it into pieces.
 /// `in_place` holds the raw bytes of offloaded outputs admitted for the working set: they are
-/// candidates whole, where other offloaded outputs are their previews.
+/// candidates whole, where other offloaded outputs are their previews. Under the default
+/// valuation a completed turn's results go as the product's rules have them (a superseded or
+/// stale result as the note that says so, a long one as its memory); the baselines see every
+/// result as it was.
 pub(super) fn split<'v>(
     cx: &Cx<'_>,
     live: &'v [&'v TimelineMessage],
     in_place: &BTreeMap<String, &str>,
+    valuation: Valuation,
 ) -> History<'v> {
     let ages = step_ages(live);
+    let current_turn = match valuation {
+        Valuation::Evidence => live.iter().rposition(|m| m.role == "user").unwrap_or(0),
+        _ => 0,
+    };
     let protected = protected_messages(live);
     let unresolved: BTreeSet<&str> = cx
         .snapshot
@@ -109,11 +120,28 @@ pub(super) fn split<'v>(
         .iter()
         .map(|f| f.text.as_str())
         .collect();
+    let as_written: CallNotes<'_> = cx
+        .notes
+        .iter()
+        .map(|(&call, note)| (call, note.without_marks()))
+        .collect();
     let mut rendered = Vec::with_capacity(live.len());
     let mut pieces = Vec::new();
     for (i, m) in live.iter().enumerate() {
+        let mode = if i < current_turn && bulky_or_outdated(m, cx) {
+            Rendering::Recent
+        } else {
+            Rendering::Current
+        };
+        // A result shown as written goes as written: its freshness and conflict marks go where
+        // its memory stands in for it.
+        let notes = if mode == Rendering::Current {
+            &as_written
+        } else {
+            cx.notes
+        };
         let (mut messages, sources, mut tokens) =
-            render_message(m, Rendering::Current, cx.notes, cx.gate, None, cx.tokens);
+            render_message(m, mode, notes, cx.gate, None, cx.tokens);
         tokens = raw_in_place(&mut messages, tokens, in_place, cx);
         let bytes: usize = messages.iter().map(message_bytes).sum();
         let frame = frame_tokens(&messages);
@@ -285,6 +313,28 @@ fn message_bytes(m: &BundleMessage) -> usize {
         | BundleMessage::System { text }
         | BundleMessage::Data { text, .. } => text.len(),
     }
+}
+
+/// A completed turn's message whose result (or call) is longer than this many characters goes
+/// by what its memory says, the bytes left on the log: a page of payload a finished turn
+/// fetched is what a next action rarely reads again (a file the agent read is its work, and
+/// stays a candidate line by line).
+const BULKY_CHARS: usize = 3_000;
+
+/// Whether message `m` of a completed turn goes as the product's rules have it (memories for
+/// long results, the notes for stale and superseded ones): it carries a bulky payload, or a
+/// result past its freshness or replaced.
+fn bulky_or_outdated(m: &TimelineMessage, cx: &Cx<'_>) -> bool {
+    m.tool_calls.iter().any(|c| {
+        let output = c.output_bytes.unwrap_or(0) as usize;
+        let inline = c.output.as_ref().map_or(0, |o| o.len());
+        (output.max(inline) > BULKY_CHARS && !aging::reads_named_file(c))
+            || c.args.len() > BULKY_CHARS
+            || cx
+                .notes
+                .get(c.tool_call_id.as_str())
+                .is_some_and(|n| n.outdated())
+    })
 }
 
 /// For each message, how many steps came after it.
