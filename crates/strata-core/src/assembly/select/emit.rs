@@ -18,6 +18,7 @@ pub(super) fn units(
     let mut units = Vec::with_capacity(history.rendered.len());
     let mut omitted = Vec::new();
     let mut dropped = 0;
+    let request = history.live.iter().rposition(|m| m.role == "user");
     let mut pieces = history.pieces.iter().zip(&choice.keep).peekable();
     for (i, rendered) in history.rendered.iter().enumerate() {
         let mut mine = Vec::new();
@@ -55,9 +56,8 @@ pub(super) fn units(
             },
             tier: if protected { Tier::P0 } else { Tier::P1 },
             reason: match (protected, whole) {
-                (true, _) => {
-                    "the newest step, the request or an unresolved error: sent whole".into()
-                }
+                (true, _) if Some(i) == request => "the current request: sent whole".into(),
+                (true, _) => "the newest step or an unresolved error: sent whole".into(),
                 (false, true) => format!("{why}: sent whole"),
                 (false, false) => format!("{why}: the lines that carry its names"),
             },
