@@ -90,10 +90,11 @@ pub(crate) async fn run(events: u64, assemblies: usize) -> anyhow::Result<()> {
                 .await?;
         }
         strata_projector::catch_up(&backends).await?;
-        // The default policy, policy 3 (the default before it), and the default with its
-        // record appended.
+        // The default policy, policy 8 (the default before it), policy 3, and the default with
+        // its record appended.
         let runs = [
             (false, None),
+            (false, Some(strata_core::assembly::POLICY_VERSION_OWN_WORDS)),
             (false, Some(strata_core::assembly::POLICY_VERSION_TURNS)),
             (true, None),
         ];

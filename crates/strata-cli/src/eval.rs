@@ -503,7 +503,8 @@ fn table(report: &EvalReport, last_n: usize, sessions: bool) -> String {
     out.push_str(&format!(
         "\n{} sessions, {} events, {} call points ({} skipped: no state; {} repeated responses \
          not scored: a harness's copy of one already answered), {:.1}s; the policy's context \
-         held all the evidence at {} of {} points and was larger than the transcript at {}\n",
+         held all the evidence at {} of {} points and was larger than the transcript (with the \
+         task state and memories it carried) at {}\n",
         report.sessions.len(),
         report.events,
         report.totals.points,

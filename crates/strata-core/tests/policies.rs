@@ -4,7 +4,8 @@
 
 use serde_json::{json, Value};
 use strata_core::assembly::{
-    assemble, explain, rehydration_plan, AssemblyRequest, OmissionReason, Provider, Snapshot, Tier,
+    assemble, assemble_with_policy, explain, rehydration_plan, AssemblyPolicy, AssemblyRequest,
+    OmissionReason, Provider, Snapshot, Tier,
 };
 use strata_core::projection::{AgentState, OpenError, SubagentState};
 use strata_core::tokens::O200k;
@@ -297,12 +298,20 @@ fn rehydration_needs_the_words_or_the_id_and_passes_privacy_provider_and_byte_bu
         "the request's words name it: {plan:?}"
     );
 
+    // The default sends the inline bytes whole where they are, not a second copy.
     let out = assemble(&snap, &request, &O200k);
+    let text = bundle_text(&out);
+    assert!(!text.contains("## Exact output of read_file"), "{text}");
+    assert_eq!(text.matches("north,10,12\\nsouth,7,9").count(), 1, "{text}");
+    assert!(!text.contains("TOKEN-XYZ"));
+    assert_eq!(out.assembly.rehydrations.len(), 3);
+    assert!(explain(&out.assembly, "csv1")[0].starts_with("raw bytes rehydrated"));
+    // Policy 8 adds them as a unit of their own.
+    let out = assemble_with_policy(&snap, &request, &AssemblyPolicy::OWN_WORDS, &O200k);
     let text = bundle_text(&out);
     assert!(text.contains("## Exact output of read_file"), "{text}");
     assert!(text.contains("north,10,12\\nsouth,7,9"), "{text}");
     assert!(!text.contains("TOKEN-XYZ"));
-    assert_eq!(out.assembly.rehydrations.len(), 3);
     assert!(explain(&out.assembly, "csv1")[0].starts_with("raw bytes rehydrated"));
 
     // Over the byte budget: refused, and the plain rendering stands.

@@ -56,6 +56,8 @@ pub struct PointScore {
     /// References of the response that occur in earlier messages: the evidence.
     pub evidence: u32,
     pub sides: Sides,
+    /// [`Point::stated_tokens`].
+    pub stated_tokens: u64,
     /// By kind: evidence, and how much of it each context holds.
     pub by_kind: BTreeMap<RefKind, KindCounts>,
     pub missing: Vec<Missing>,
@@ -72,6 +74,10 @@ pub struct Point<'a> {
     /// arguments, every tool result, the tool schemas).
     pub context_text: &'a str,
     pub context_tokens: u64,
+    /// Tokens of the context's facts that no message of the transcript says (the task state a
+    /// platform published, what other sessions remember): the transcript is counted with them
+    /// when sizes are compared, as a platform replaying it would have to send them too.
+    pub stated_tokens: u64,
 }
 
 /// The text of tool-call arguments as a model reads them: every string and number of the JSON,
@@ -167,8 +173,17 @@ pub fn score(history: &History, point: Point<'_>, last_n: usize) -> PointScore {
     PointScore {
         evidence,
         sides,
+        stated_tokens: point.stated_tokens,
         by_kind,
         missing,
+    }
+}
+
+impl PointScore {
+    /// Whether the policy's context was larger than transcript replay carrying the same state
+    /// facts: what the context adds on top of a history it could have sent as written.
+    pub fn larger_than_transcript(&self) -> bool {
+        self.sides.strata.tokens > self.sides.transcript.tokens + self.stated_tokens
     }
 }
 
@@ -186,7 +201,8 @@ pub struct Totals {
     pub by_kind: BTreeMap<RefKind, KindCounts>,
     /// Points where the policy's context held all the evidence.
     pub complete_points: u64,
-    /// Points where the policy's context was larger than transcript replay.
+    /// Points where the policy's context was larger than transcript replay with the state facts
+    /// the context carried ([`PointScore::larger_than_transcript`]).
     pub larger_than_transcript: u64,
 }
 
@@ -246,7 +262,7 @@ impl Totals {
             self.by_kind.entry(*k).or_default().add(c);
         }
         self.complete_points += u64::from(p.missing.is_empty());
-        self.larger_than_transcript += u64::from(p.sides.strata.tokens > p.sides.transcript.tokens);
+        self.larger_than_transcript += u64::from(p.larger_than_transcript());
     }
 
     pub fn merge(&mut self, o: &Totals) {
@@ -342,6 +358,7 @@ mod tests {
             arguments: &args,
             context_text: "You fix bugs. Fix the crash in src/lexer.rs",
             context_tokens: 10,
+            stated_tokens: 0,
         };
         let s = score(&h, point, DEFAULT_LAST_N);
         // src/lexer.rs and next_token occur earlier; 100 and 80 do not (80 is too short anyway).
@@ -356,5 +373,27 @@ mod tests {
         t.add(&s);
         assert!((t.recall(&t.strata) - 0.5).abs() < 1e-9);
         assert_eq!(t.complete_points, 0);
+    }
+
+    #[test]
+    fn a_context_is_larger_than_the_transcript_only_past_the_state_it_carries() {
+        let mut s = PointScore {
+            evidence: 0,
+            sides: Sides::default(),
+            stated_tokens: 40,
+            by_kind: BTreeMap::new(),
+            missing: Vec::new(),
+        };
+        s.sides.transcript.tokens = 1_000;
+        s.sides.strata.tokens = 1_040;
+        assert!(
+            !s.larger_than_transcript(),
+            "the published state is counted with it"
+        );
+        s.sides.strata.tokens = 1_041;
+        assert!(s.larger_than_transcript());
+        let mut t = Totals::default();
+        t.add(&s);
+        assert_eq!(t.larger_than_transcript, 1);
     }
 }

@@ -543,9 +543,21 @@ pub(crate) fn score_response(
             arguments: &arguments,
             context_text: &context_text,
             context_tokens: assembled.assembly.context_tokens,
+            stated_tokens: stated_tokens(&assembled.assembly),
         },
         last_n,
     )
+}
+
+/// Tokens of the context's state facts, which no message of the session says as such: the task
+/// state the platform published and the memories (`task_state` and `memory` segments).
+fn stated_tokens(assembly: &strata_core::assembly::ContextAssembly) -> u64 {
+    assembly
+        .included
+        .iter()
+        .filter(|s| matches!(s.kind.as_str(), "task_state" | "memory"))
+        .map(|s| s.tokens)
+        .sum()
 }
 
 /// A session's history as the model read it, per branch.

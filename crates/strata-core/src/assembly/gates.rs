@@ -73,6 +73,19 @@ impl CallNote<'_> {
         }
     }
 
+    /// [`Self::without_marks`] for result `c` shown as written, and without the pointer that
+    /// would stand in for a result shorter than the pointer itself (no saving, and no news).
+    pub(super) fn as_written(&self, c: &ToolPair) -> Self {
+        let mut note = self.without_marks();
+        let pointer = note.replacement(c, Rendering::Current);
+        let shorter = |p: &String| c.output.as_ref().is_some_and(|o| o.len() <= p.len());
+        if pointer.as_ref().is_some_and(shorter) {
+            note.superseded_by = None;
+            note.stale = None;
+        }
+        note
+    }
+
     /// Whether the result is past its freshness or replaced by a later one.
     pub(super) fn outdated(&self) -> bool {
         self.stale.is_some() || self.superseded_by.is_some()

@@ -2,7 +2,7 @@
 //! by id, ref or words, and under the long-turn policy the working set's — decided before any
 //! blob is read, then placed and, where the token budget cannot take them, refused.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::candidates::Cx;
 use super::render::data_message;
@@ -112,6 +112,31 @@ pub fn rehydration_plan(
 /// policy sends its newest steps whole, in place).
 pub(super) const WORKING_SET_REASON: &str =
     "the newest observation, which the next call answers: sent whole, in place";
+
+/// Why an output asked for byte for byte goes where it is, in the history: its bytes are
+/// inline there, and one selection keeps them whole instead of sending a second copy.
+pub(super) const IN_HISTORY_REASON: &str =
+    "asked for byte for byte; its bytes are inline in the history: sent whole, in place";
+
+/// Under one selection, the outputs asked for byte for byte whose bytes are inline in the
+/// history (not offloaded): each decision says they go in place, and their call ids are
+/// returned, for the selection to keep those results whole.
+pub(super) fn asked_inline(
+    visible: &[TimelineMessage],
+    rehydrations: &mut [RehydrationDecision],
+) -> BTreeSet<String> {
+    let mut asked = BTreeSet::new();
+    for d in rehydrations
+        .iter_mut()
+        .filter(|d| d.rehydrated && d.reason != WORKING_SET_REASON && d.artifact_ref.is_none())
+    {
+        if let Some(c) = decided_call(visible, d).filter(|c| c.output.is_some()) {
+            asked.insert(c.tool_call_id.clone());
+            d.reason = IN_HISTORY_REASON.into();
+        }
+    }
+    asked
+}
 
 /// [`rehydration_plan`] under `policy`: the long-turn policy also admits the offloaded outputs
 /// of its working set, newest first, within the same checks and byte budget (after what was
@@ -389,7 +414,7 @@ pub(super) fn raw_units(
     let mut units = Vec::new();
     for d in rehydrations
         .iter_mut()
-        .filter(|d| d.rehydrated && d.reason != WORKING_SET_REASON)
+        .filter(|d| d.rehydrated && d.reason != WORKING_SET_REASON && d.reason != IN_HISTORY_REASON)
     {
         let pair = decided_call(visible, d);
         let raw = match (&d.artifact_ref, pair) {
@@ -458,7 +483,7 @@ pub(super) fn refuse_unselected(
 ) {
     for d in rehydrations.iter_mut().filter(|d| d.rehydrated) {
         let result_id = decided_call(visible, d).and_then(|c| c.result_event_id.clone());
-        let in_place = d.reason == WORKING_SET_REASON;
+        let in_place = d.reason == WORKING_SET_REASON || d.reason == IN_HISTORY_REASON;
         let kept = selected.iter().any(|u| match result_id.as_ref() {
             Some(id) if in_place => u.sources.contains(id),
             id => u.kind == "rehydrated_artifact" && u.sources.first() == id,

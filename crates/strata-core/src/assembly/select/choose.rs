@@ -9,10 +9,10 @@
 //! newer line.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::BinaryHeap;
 
 use super::pieces::{History, Part, Piece};
-use super::terms::Term;
+use super::terms::{Term, TermMap, TermSet};
 
 /// Which lines of each piece go, by piece and line.
 pub(super) struct Choice {
@@ -82,18 +82,17 @@ const IN_PLAY_WEIGHT: f64 = 2.0;
 /// `covered` are the names the rest of the context (protected pieces, state) already carries.
 /// A message none of whose lines is chosen is left out whole, calls and results together; the
 /// first line chosen from one pays for its framing and the placeholders of its other pieces.
-pub(super) fn by_evidence(history: &History<'_>, mut covered: HashSet<Term>, room: f64) -> Choice {
+pub(super) fn by_evidence(history: &History<'_>, mut covered: TermSet, room: f64) -> Choice {
     let mut choice = Choice::none(history);
     let mut messages = Messages::of(history);
     let weights = Weights::of(history);
     for p in history.pieces.iter().filter(|p| p.protected) {
         covered.extend(p.lines.iter().flat_map(|l| l.terms.iter().map(|&(t, _)| t)));
     }
-    let score =
-        |pi: usize, li: usize, covered: &HashSet<Term>, messages: &Messages, keep: &[bool]| {
-            let p = &history.pieces[pi];
-            weights.value(p, li, covered) / cost(p, li, messages, keep)
-        };
+    let score = |pi: usize, li: usize, covered: &TermSet, messages: &Messages, keep: &[bool]| {
+        let p = &history.pieces[pi];
+        weights.value(p, li, covered) / cost(p, li, messages, keep)
+    };
     let mut heap: BinaryHeap<Candidate> = BinaryHeap::new();
     for (pi, p) in history.pieces.iter().enumerate() {
         for li in (0..p.lines.len()).filter(|_| !p.protected) {
@@ -199,18 +198,16 @@ impl Ord for Candidate {
     }
 }
 
-/// What a name is worth to the next action.
+/// What a name is worth to the next action: by how recently the history used it (steps since
+/// it last did, decaying to a floor), double when the newest steps' words and calls use it.
 struct Weights {
-    /// Steps since the history last used each name.
-    last_used: HashMap<Term, u32>,
-    /// Names the newest steps' words and calls use.
-    focus: HashSet<Term>,
+    of: TermMap<f64>,
 }
 
 impl Weights {
     fn of(history: &History<'_>) -> Self {
-        let mut last_used: HashMap<Term, u32> = HashMap::new();
-        let mut focus = HashSet::new();
+        let mut last_used: TermMap<u32> = TermMap::default();
+        let mut focus = TermSet::default();
         for p in &history.pieces {
             let own = matches!(p.part, Part::Words | Part::Arguments(_));
             for &(t, _) in p.lines.iter().flat_map(|l| l.terms.iter()) {
@@ -221,11 +218,20 @@ impl Weights {
                 }
             }
         }
-        Self { last_used, focus }
+        let of = last_used
+            .into_iter()
+            .map(|(t, age)| {
+                let recency =
+                    NAME_FLOOR + (1.0 - NAME_FLOOR) * NAME_DECAY.powi(age.min(400) as i32);
+                let focus = if focus.contains(&t) { 2.0 } else { 1.0 };
+                (t, recency * focus)
+            })
+            .collect();
+        Self { of }
     }
 
     /// The value of line `li` of `p`, given the names already covered.
-    fn value(&self, p: &Piece, li: usize, covered: &HashSet<Term>) -> f64 {
+    fn value(&self, p: &Piece, li: usize, covered: &TermSet) -> f64 {
         let value: f64 = p.lines[li]
             .terms
             .iter()
@@ -236,10 +242,7 @@ impl Weights {
     }
 
     fn weight(&self, t: Term) -> f64 {
-        let age = self.last_used.get(&t).copied().unwrap_or(u32::MAX);
-        let recency = NAME_FLOOR + (1.0 - NAME_FLOOR) * NAME_DECAY.powi(age.min(400) as i32);
-        let focus = if self.focus.contains(&t) { 2.0 } else { 1.0 };
-        recency * focus
+        self.of.get(&t).copied().unwrap_or(NAME_FLOOR)
     }
 }
 

@@ -20,13 +20,12 @@ mod fixed;
 mod pieces;
 mod terms;
 
-use std::collections::HashSet;
-
 use super::candidates::{self, Cx};
 use super::gates;
 use super::selection::Selected;
 use super::{
-    budget, record, rehydration, Assembled, AssemblyPolicy, AssemblyRequest, Snapshot, Unit,
+    budget, record, rehydration, Assembled, AssemblyPolicy, AssemblyRequest, Omission, Snapshot,
+    Unit,
 };
 use crate::tokens::{TokenCounter, REPLY_PRIMING_TOKENS};
 
@@ -81,6 +80,10 @@ pub(super) fn assemble(
             summary: None,
         },
     };
+    let asked = match valuation {
+        Valuation::Evidence => rehydration::asked_inline(&visible, &mut rehydrations),
+        _ => Default::default(),
+    };
     let raw = rehydration::raw_units(&cx, &visible, &mut rehydrations);
     let in_place = rehydration::in_place(request, &mut rehydrations);
     let fixed = fixed::units(
@@ -93,10 +96,11 @@ pub(super) fn assemble(
     );
     let mut units = fixed.always;
     units.extend(raw);
-    let history = pieces::split(&cx, &compaction.live, &in_place, valuation);
-    let (choice, why) = match valuation {
-        Valuation::Transcript => (choose::everything(&history), "transcript replay"),
-        Valuation::MaskOlderOutputs { newest } => (
+    let history = pieces::split(&cx, &compaction.live, &in_place, &asked, valuation);
+    let emitted = |choice: choose::Choice, why: &str| emit::units(&cx, &history, &choice, why);
+    let (history_units, history_omitted) = match valuation {
+        Valuation::Transcript => emitted(choose::everything(&history), "transcript replay"),
+        Valuation::MaskOlderOutputs { newest } => emitted(
             choose::mask_older_outputs(&history, newest),
             "observation masking",
         ),
@@ -108,20 +112,17 @@ pub(super) fn assemble(
             let whole = overhead(snapshot, &units) + history.whole_tokens();
             if whole <= target {
                 omitted.extend(fixed.when_cut.into_iter().map(fixed::restated));
-                (
+                emitted(
                     choose::everything(&history),
                     "the whole history fits the target",
                 )
             } else {
                 units.extend(fixed.when_cut);
-                (
-                    aim(&cx, &history, &units, target),
-                    "chosen by the evidence it adds per token",
-                )
+                let why = "chosen by the evidence it adds per token";
+                aim(&cx, &history, &units, target, why)
             }
         }
     };
-    let (history_units, history_omitted) = emit::units(&cx, &history, &choice, why);
     omitted.extend(history_omitted);
     units.extend(history_units);
     let selected = Selected {
@@ -132,21 +133,29 @@ pub(super) fn assemble(
     record::finish(&cx, budget, selected, omitted, rehydrations)
 }
 
-/// Lines chosen by evidence within `target` beside `fixed`. The costs chosen by are estimates (a
-/// line's share of its message's tokens, the gap markers), so a context that lands more than
-/// [`AIM_TOLERANCE`] off the target is chosen once more with the difference added to the room.
-fn aim(cx: &Cx<'_>, history: &pieces::History<'_>, fixed: &[Unit], target: u64) -> choose::Choice {
+/// Lines chosen by evidence within `target` beside `fixed`, emitted. The costs chosen by are
+/// estimates (a line's share of its message's tokens, the gap markers), so a context that lands
+/// more than [`AIM_TOLERANCE`] off the target is chosen once more with the difference added to
+/// the room.
+fn aim(
+    cx: &Cx<'_>,
+    history: &pieces::History<'_>,
+    fixed: &[Unit],
+    target: u64,
+    why: &str,
+) -> (Vec<Unit>, Vec<Omission>) {
     let base = overhead(cx.snapshot, fixed);
     let covered = names_of(fixed);
     let first_room = room(history, base, target);
     let choice = choose::by_evidence(history, covered.clone(), first_room);
-    let (units, _) = emit::units(cx, history, &choice, "");
-    let sent = (base + units.iter().map(|u| u.tokens).sum::<u64>()) as f64;
+    let first = emit::units(cx, history, &choice, why);
+    let sent = (base + first.0.iter().map(|u| u.tokens).sum::<u64>()) as f64;
     let off = target as f64 - sent;
     if off.abs() <= target as f64 * AIM_TOLERANCE || first_room <= 0.0 {
-        return choice;
+        return first;
     }
-    choose::by_evidence(history, covered, (first_room + off).max(0.0))
+    let again = choose::by_evidence(history, covered, (first_room + off).max(0.0));
+    emit::units(cx, history, &again, why)
 }
 
 /// How far off its target a context may land before its lines are chosen again.
@@ -168,7 +177,7 @@ fn room(history: &pieces::History<'_>, fixed: u64, target: u64) -> f64 {
 }
 
 /// The names `units` carry: what the history's lines need not add again.
-fn names_of(units: &[Unit]) -> HashSet<terms::Term> {
+fn names_of(units: &[Unit]) -> terms::TermSet {
     let mut found = Vec::new();
     for m in units.iter().flat_map(|u| &u.messages) {
         terms::terms(&fixed::message_text(m), &mut found);

@@ -90,7 +90,8 @@ impl History<'_> {
 
 /// Renders `live` whole and cuts it into pieces.
 /// `in_place` holds the raw bytes of offloaded outputs admitted for the working set: they are
-/// candidates whole, where other offloaded outputs are their previews. Under the default
+/// candidates whole, where other offloaded outputs are their previews; `asked` are results asked
+/// for byte for byte whose bytes are inline: they go whole. Under the default
 /// valuation a completed turn's results go as the product's rules have them (a superseded or
 /// stale result as the note that says so, a long one as its memory); the baselines see every
 /// result as it was.
@@ -98,6 +99,7 @@ pub(super) fn split<'v>(
     cx: &Cx<'_>,
     live: &'v [&'v TimelineMessage],
     in_place: &BTreeMap<String, &str>,
+    asked: &BTreeSet<String>,
     valuation: Valuation,
 ) -> History<'v> {
     let ages = step_ages(live);
@@ -120,10 +122,13 @@ pub(super) fn split<'v>(
         .iter()
         .map(|f| f.text.as_str())
         .collect();
-    let as_written: CallNotes<'_> = cx
-        .notes
+    let as_written: CallNotes<'_> = live
         .iter()
-        .map(|(&call, note)| (call, note.without_marks()))
+        .flat_map(|m| &m.tool_calls)
+        .filter_map(|c| {
+            let (&call, note) = cx.notes.get_key_value(c.tool_call_id.as_str())?;
+            Some((call, note.as_written(c)))
+        })
         .collect();
     let mut rendered = Vec::with_capacity(live.len());
     let mut pieces = Vec::new();
@@ -167,7 +172,8 @@ pub(super) fn split<'v>(
                     ..
                 } => {
                     let mut piece = cut.piece(Part::Output(outputs), content);
-                    piece.protected |= unresolved.contains(tool_call_id.as_str());
+                    piece.protected |=
+                        unresolved.contains(tool_call_id.as_str()) || asked.contains(tool_call_id);
                     piece.in_play = m
                         .tool_calls
                         .iter()

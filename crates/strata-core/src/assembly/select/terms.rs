@@ -3,8 +3,36 @@
 //! `10.01`), and each part of a path or dotted name; terms are hashed, and weighed by their
 //! shape (code-like names weigh more than plain words).
 
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
 /// A term, hashed (FNV-1a: cheap, and deterministic across processes and platforms).
 pub(super) type Term = u64;
+
+/// Sets and maps keyed by terms: a term is a hash already, so it is its own hash.
+pub(super) type TermSet = HashSet<Term, BuildHasherDefault<TermHasher>>;
+pub(super) type TermMap<V> = HashMap<Term, V, BuildHasherDefault<TermHasher>>;
+
+/// The hasher of [`TermSet`] and [`TermMap`]: the term itself.
+#[derive(Default)]
+pub(super) struct TermHasher(u64);
+
+impl Hasher for TermHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used for terms; anything else folds in as FNV-1a would.
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, term: u64) {
+        self.0 = term;
+    }
+}
 
 /// Shortest run counted as a term: shorter ones (`a`, `if`, `10`) name nothing in particular.
 const MIN_TERM_CHARS: usize = 3;
