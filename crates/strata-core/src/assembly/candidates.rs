@@ -304,24 +304,24 @@ pub(super) fn state_units(cx: &Cx<'_>) -> Vec<Unit> {
             order: (1, 0, 0),
         });
     }
-    let (recovery_text, recovery_sources) = render_recovery(state, cx.gate);
-    if !recovery_text.is_empty() {
-        units.push(Unit {
-            kind: "recovery_state",
-            tier: Tier::P0,
-            reason: "unresolved errors and retry-critical state are protected until resolved"
-                .into(),
-            tokens: cx.tokens.count(&recovery_text) + MESSAGE_OVERHEAD_TOKENS,
-            sources: recovery_sources,
-            rendering: "verbatim",
-            messages: vec![BundleMessage::System {
-                text: recovery_text,
-            }],
-            protected: false,
-            order: (1, 0, 1),
-        });
-    }
+    units.extend(recovery_unit(cx));
     units
+}
+
+/// P0: the unresolved errors and the retry-critical state, protected until resolved.
+pub(super) fn recovery_unit(cx: &Cx<'_>) -> Option<Unit> {
+    let (text, sources) = render_recovery(&cx.snapshot.state, cx.gate);
+    (!text.is_empty()).then(|| Unit {
+        kind: "recovery_state",
+        tier: Tier::P0,
+        reason: "unresolved errors and retry-critical state are protected until resolved".into(),
+        tokens: cx.tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS,
+        sources,
+        rendering: "verbatim",
+        messages: vec![BundleMessage::System { text }],
+        protected: false,
+        order: (1, 0, 1),
+    })
 }
 
 /// P2: past decisions and key facts.

@@ -42,9 +42,7 @@ pub(super) fn units(
         always.extend(subagent_reports(cx, &compaction.live, in_place, omitted));
         // The unresolved errors: a whole history shows them, unless one's call is not in it
         // (not on the log, or before the window).
-        let recovery = candidates::state_units(cx)
-            .into_iter()
-            .filter(|u| u.kind == "recovery_state");
+        let recovery = candidates::recovery_unit(cx);
         if errors_outside(cx, &compaction.live) {
             always.extend(recovery);
         } else {
