@@ -1,6 +1,6 @@
 //! The scenario suite of SPEC §10, end to end on the embedded backends: every scenario keeps its
-//! facts; the six the seeds measured (at 82-90%) each cut at least 85% of the transcript-replay
-//! tokens and at least 90% on average; the average over all sixteen stays above a regression
+//! facts; the six the seeds measured (at 82-90%) each cut at least 83% of the transcript-replay
+//! tokens and at least 89% on average; the average over all sixteen stays above a regression
 //! floor (it includes a scenario that must send raw bytes: exact CSV rehydration).
 
 use std::path::PathBuf;
@@ -27,12 +27,16 @@ const CATALOGUE: [&str; 16] = [
     "cli_coding_agent_compaction",
 ];
 
-/// The seeds measured their six scenarios at 82-90%; Strata must beat that: each of the six at
-/// least 85%, their average at least 90%.
-const MEASURED_MIN_REDUCTION: f64 = 0.85;
-const MEASURED_AVERAGE_MIN_REDUCTION: f64 = 0.90;
-/// All sixteen, as a regression floor (measured 89.0% when set).
-const ALL_AVERAGE_MIN_REDUCTION: f64 = 0.88;
+/// The seeds measured their six scenarios at 82-90%. Policy 8 cut each by at least 85% and
+/// 90.6% on average; the default, policy 12, sends a completed turn's payloads under 1,000
+/// characters and the files the agent read as written (real sessions quote them, see
+/// docs/BENCHMARKS.md): each of the six at least 83% (83.3% measured), their average at least
+/// 89% (89.8%).
+const MEASURED_MIN_REDUCTION: f64 = 0.83;
+const MEASURED_AVERAGE_MIN_REDUCTION: f64 = 0.89;
+/// All sixteen, as a regression floor (81.1% measured under policy 12 when set; 88.6% under 8,
+/// which sends file reads of completed turns by their memory).
+const ALL_AVERAGE_MIN_REDUCTION: f64 = 0.80;
 
 /// The coding-agent scenario is generated (a 157-event session); its fixture is committed.
 const CODING_FIXTURE: &str = "cli_coding_agent_compaction.jsonl";
