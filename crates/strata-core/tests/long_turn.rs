@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use strata_core::assembly::{
     assemble_with_policy, Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage, Snapshot,
-    Tier, BASELINE_LAST_5, BASELINE_TRANSCRIPT, POLICY_VERSION_OWN_WORDS, POLICY_VERSION_SELECT,
+    BASELINE_LAST_5, BASELINE_TRANSCRIPT, POLICY_VERSION_OWN_WORDS, POLICY_VERSION_SELECT,
     POLICY_VERSION_TURNS,
 };
 use strata_core::projection::{AgentState, Sourced, SubagentState};
