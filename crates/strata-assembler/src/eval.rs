@@ -55,13 +55,10 @@ impl Assembler {
     ) -> Result<Value, ApiError> {
         let policy = match query.policy.as_deref() {
             None | Some("recorded") => None,
-            Some(version) => Some(AssemblyPolicy::by_version(version).ok_or_else(|| {
-                let known: Vec<&str> = AssemblyPolicy::all().iter().map(|p| p.version).collect();
-                ApiError::bad_request(format!(
-                    "policy: {version:?} is not a policy version; use `recorded` or one of {}",
-                    known.join(", ")
-                ))
-            })?),
+            Some(version) => Some(
+                AssemblyPolicy::requested(version)
+                    .map_err(|e| ApiError::bad_request(format!("policy: {e} (or `recorded`)")))?,
+            ),
         };
         let store = &self.backends().store;
         let fold = store
@@ -154,6 +151,7 @@ fn answer(session: &str, last_n: usize, report: strata_replay::EvalReport) -> Va
         "totals": report.totals,
         // What `policy=` takes, for a client's choice.
         "policies": AssemblyPolicy::all().iter().map(|p| p.version).collect::<Vec<_>>(),
+        "retired_policy_points": report.retired_policy_points,
         "points": points,
     })
 }

@@ -391,12 +391,8 @@ impl Assembler {
         let snapshot_us = started.elapsed().as_micros() as u64;
         let policy = match &request.policy {
             None => AssemblyPolicy::default(),
-            Some(v) => AssemblyPolicy::by_version(v).ok_or_else(|| {
-                Error::BadRequest(format!(
-                    "policy: unknown assembly policy {v:?}; known: {}",
-                    AssemblyPolicy::all().map(|p| p.version).join(", ")
-                ))
-            })?,
+            Some(v) => AssemblyPolicy::requested(v)
+                .map_err(|e| Error::BadRequest(format!("policy: {e}")))?,
         };
         let provider = match request.provider {
             Some(p) => p,

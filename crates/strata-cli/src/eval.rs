@@ -81,17 +81,10 @@ fn parse_baseline(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("unknown baseline {s:?}: expected last-N, e.g. last-5"))
 }
 
+/// The policy `--policy` names; a retired or unknown version is an error that lists the
+/// selectable ones.
 pub(crate) fn policy_by_version(v: &str) -> anyhow::Result<AssemblyPolicy> {
-    AssemblyPolicy::by_version(v).ok_or_else(|| {
-        anyhow::anyhow!(
-            "unknown assembly policy {v:?}: known are {}",
-            AssemblyPolicy::all()
-                .iter()
-                .map(|p| p.version)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    })
+    Ok(AssemblyPolicy::requested(v)?)
 }
 
 pub(crate) async fn run(
@@ -415,6 +408,7 @@ fn summary_json(report: &EvalReport) -> serde_json::Value {
         "events": report.events,
         "skipped_points": report.skipped_points,
         "repeated_points": report.repeated_points,
+        "retired_policy_points": report.retired_policy_points,
         "elapsed_secs": report.elapsed_secs,
         "unreadable": report.unreadable,
         "totals": totals_json(&report.totals),
@@ -452,6 +446,18 @@ fn row(label: &str, t: &Totals) -> String {
     )
 }
 
+/// A line per retired policy version the recorded assemblies named, with how many call points
+/// were replayed under policy 8 in its place; empty when none.
+pub(crate) fn retired_lines(points: &std::collections::BTreeMap<String, u64>) -> String {
+    let mut out = String::new();
+    for (version, n) in points {
+        if let Some(note) = strata_core::assembly::retired_replay_note(version) {
+            out.push_str(&format!("{n} call point(s) {note}\n"));
+        }
+    }
+    out
+}
+
 /// The text report: a row per session (when asked), per group, and overall.
 fn table(report: &EvalReport, last_n: usize, sessions: bool) -> String {
     let mut out = format!(
@@ -460,6 +466,11 @@ fn table(report: &EvalReport, last_n: usize, sessions: bool) -> String {
          response found in earlier events) the context holds\n\n",
         report.policy
     );
+    let retired = retired_lines(&report.retired_policy_points);
+    if !retired.is_empty() {
+        out.push_str(&retired);
+        out.push('\n');
+    }
     out.push_str(&format!(
         "{:<34} {:>6} {:>7} {:>11} {:>7} {:>7} {:>11} {:>15} {:>7} {:>15}\n",
         "",

@@ -215,6 +215,10 @@ pub(crate) async fn replay(opts: &BackendOpts, args: &ReplayArgs) -> anyhow::Res
         report.call_points,
         report.skipped_points
     );
+    print!(
+        "{}",
+        crate::eval::retired_lines(&report.retired_policy_points)
+    );
     match (&report.candidate_policy, report.candidate_tokens) {
         (Some(cand), Some(tokens)) => {
             let diff = tokens as i64 - report.recorded_tokens as i64;

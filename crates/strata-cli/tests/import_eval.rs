@@ -183,7 +183,7 @@ fn eval_of_a_file_writes_nothing_and_matches_eval_of_the_same_session_imported()
 }
 
 #[test]
-fn eval_refuses_an_unknown_policy_and_format() {
+fn eval_refuses_an_unknown_or_retired_policy_and_format() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let file = scenario("branch_isolation");
@@ -191,6 +191,12 @@ fn eval_refuses_an_unknown_policy_and_format() {
     let stderr = err(&data, &["eval", file, "--policy", "nope"]);
     assert!(
         stderr.contains("unknown assembly policy \"nope\""),
+        "{stderr}"
+    );
+    // A retired version is named as such, beside what may be asked for instead.
+    let stderr = err(&data, &["eval", file, "--policy", "strata.assembly/9"]);
+    assert!(
+        stderr.contains("strata.assembly/9 is retired") && stderr.contains("strata.assembly/8"),
         "{stderr}"
     );
     let stderr = err(&data, &["eval", file, "--format", "nope"]);
@@ -385,7 +391,7 @@ fn eval_targets_print_the_cost_recall_curve_one_row_per_target() {
             "eval",
             coding,
             "--policy",
-            "strata.assembly/4",
+            "strata.assembly/8",
             "--targets",
             "300,100000",
             "--json",
@@ -420,7 +426,7 @@ fn eval_targets_print_the_cost_recall_curve_one_row_per_target() {
             "eval",
             coding,
             "--policy",
-            "strata.assembly/4",
+            "strata.assembly/8",
             "--targets",
             "300",
         ],

@@ -6,7 +6,6 @@
 use serde_json::{json, Value};
 use strata_core::assembly::{
     assemble_with_policy, AssemblyPolicy, AssemblyRequest, OmissionReason, Snapshot,
-    POLICY_VERSION_STEPS,
 };
 use strata_core::memory::{Memory, MemoryEngine};
 use strata_core::payload::Payload;
@@ -323,7 +322,7 @@ fn under_the_cap_memories_of_the_files_in_play_come_first_then_the_newest() {
             .unwrap(),
         );
     }
-    let policy = AssemblyPolicy::by_version(POLICY_VERSION_STEPS).unwrap();
+    let policy = AssemblyPolicy::OWN_WORDS;
     let a = assemble_with_policy(&long, &AssemblyRequest::default(), &policy, &O200k);
     let text = serde_json::to_string(&a.messages).unwrap();
     assert!(text.contains("rounds half-even"), "the relevant one");
@@ -439,12 +438,6 @@ fn policy_8_leaves_out_a_hypothesis_whose_message_the_history_holds() {
             .any(|o| o.kind == "memory" && o.reason == OmissionReason::Redundant);
         (memory_units, restated)
     };
-    let v7 = AssemblyPolicy::by_version("strata.assembly/7").unwrap();
-    assert_eq!(
-        offered(&with_message, &v7),
-        (1, false),
-        "7 offers it beside its message"
-    );
     assert_eq!(
         offered(&with_message, &AssemblyPolicy::OWN_WORDS),
         (0, true)

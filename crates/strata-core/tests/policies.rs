@@ -528,10 +528,7 @@ fn a_message_the_platform_wrote_in_the_users_turn_is_sent_but_is_no_request_and_
         m
     };
     // Under the long-turn policy (policy 3 keeps its recorded turn boundaries).
-    let policy = strata_core::assembly::AssemblyPolicy::by_version(
-        strata_core::assembly::POLICY_VERSION_STEPS,
-    )
-    .unwrap();
+    let policy = strata_core::assembly::AssemblyPolicy::OWN_WORDS;
     let at = |m: Vec<Value>| {
         strata_core::assembly::assemble_with_policy(
             &snapshot("agent", m, AgentState::default()),
@@ -565,4 +562,47 @@ fn a_message_the_platform_wrote_in_the_users_turn_is_sent_but_is_no_request_and_
         result_of(&b) < big.len(),
         "as a user message it closes the turn"
     );
+}
+
+#[test]
+fn a_retired_version_is_refused_to_a_request_and_replays_under_policy_8() {
+    use strata_core::assembly::{
+        retired_replay_note, AssemblyPolicy, PolicyVersionError, POLICY_VERSION_OWN_WORDS,
+        RETIRED_POLICY_VERSIONS,
+    };
+    let refused = AssemblyPolicy::requested("strata.assembly/9").unwrap_err();
+    assert_eq!(
+        refused,
+        PolicyVersionError::Retired("strata.assembly/9".into())
+    );
+    let message = refused.to_string();
+    assert!(
+        message.contains("strata.assembly/9 is retired"),
+        "{message}"
+    );
+    for selectable in AssemblyPolicy::selectable_versions() {
+        assert!(message.contains(selectable), "{message}");
+    }
+    assert!(matches!(
+        AssemblyPolicy::requested("strata.assembly/99"),
+        Err(PolicyVersionError::Unknown(_))
+    ));
+    for retired in RETIRED_POLICY_VERSIONS {
+        assert_eq!(AssemblyPolicy::by_version(retired), None);
+        assert_eq!(
+            AssemblyPolicy::for_replay(retired),
+            Some(AssemblyPolicy::OWN_WORDS)
+        );
+    }
+    assert_eq!(
+        retired_replay_note("strata.assembly/7").as_deref(),
+        Some("recorded under strata.assembly/7, retired: replayed under strata.assembly/8")
+    );
+    // A kept version replays as itself, and says nothing.
+    assert_eq!(
+        AssemblyPolicy::for_replay(POLICY_VERSION_OWN_WORDS),
+        Some(AssemblyPolicy::OWN_WORDS)
+    );
+    assert_eq!(retired_replay_note(POLICY_VERSION_OWN_WORDS), None);
+    assert_eq!(AssemblyPolicy::for_replay("strata.assembly/99"), None);
 }

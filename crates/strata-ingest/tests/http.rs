@@ -1939,6 +1939,43 @@ async fn a_restarted_worker_resumes_a_session_from_one_read() {
 }
 
 #[tokio::test]
+async fn a_request_naming_a_retired_policy_is_refused_with_the_selectable_ones() {
+    let h = Harness::new().await;
+    let batch = json!([
+        session_started("r-start", "retired"),
+        prompt("r-ask", "retired")
+    ]);
+    let (status, resp) = h.post_json(&h.acme, &batch).await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    strata_projector::catch_up(&h.backends).await.unwrap();
+    let body = json!({"policy": "strata.assembly/9"}).to_string();
+    let (status, refused) = h
+        .send("POST", "/v1/sessions/retired/context", Some(&h.acme), body)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let (status, eval) = h
+        .send(
+            "GET",
+            "/v1/sessions/retired/eval?policy=strata.assembly/9",
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{eval}");
+    for answer in [refused, eval] {
+        let text = answer.to_string();
+        assert!(text.contains("strata.assembly/9 is retired"), "{text}");
+        for selectable in [
+            "strata.assembly/12",
+            "strata.assembly/8",
+            "strata.assembly/3",
+        ] {
+            assert!(text.contains(selectable), "{text}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_response_carries_the_assembly_it_answered_and_the_link_resolves() {
     let h = Harness::new().await;
     let batch = json!([

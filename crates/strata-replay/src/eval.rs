@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 use strata_blob::BlobStore;
 use strata_core::assembly::{
-    assemble_with_policy, preview, rehydration_plan_with_policy, Assembled, AssemblyPolicy,
-    AssemblyRequest, BundleMessage, ContextAssembly, Provider,
+    assemble_with_policy, is_retired, preview, rehydration_plan_with_policy, retired_replay_note,
+    Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage, ContextAssembly, Provider,
 };
 use strata_core::compaction::planner::{compaction_event, CompactorOptions, Planner};
 use strata_core::memory::MemoryEngine;
@@ -117,6 +117,9 @@ pub struct PointResult {
     /// Its seq on the source (or its position in the session when the source has none).
     pub seq: u64,
     pub policy: String,
+    /// When the point's recorded policy is retired: that policy 8 stood in for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_note: Option<String>,
     /// Tokens of each segment kind of the policy's context.
     pub segments: BTreeMap<String, u64>,
     #[serde(flatten)]
@@ -134,6 +137,10 @@ pub struct EvalReport {
     pub totals: Totals,
     /// Responses with no branch state to assemble from (skipped).
     pub skipped_points: u64,
+    /// Call points whose recorded policy is retired, by its version: each was assembled under
+    /// policy 8 instead (see [`strata_core::assembly::retired_replay_note`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub retired_policy_points: BTreeMap<String, u64>,
     /// Responses that repeat one already answered on the branch (the same provider message id
     /// and text): a harness's copy, not a model call, so not scored. Claude Code writes a
     /// resumed conversation's earlier responses again under the new prompt.
@@ -371,6 +378,16 @@ impl<'a> Evaluator<'a> {
         let recorded = run.recorded.get(&event.branch_id);
         let (mut request, recorded_policy) =
             recorded_request(recorded, self.options.budget, self.options.target_tokens);
+        let retired = recorded
+            .map(|r| r.policy_version.as_str())
+            .filter(|v| self.options.policy.is_none() && is_retired(v));
+        if let Some(version) = retired {
+            *self
+                .report
+                .retired_policy_points
+                .entry(version.to_owned())
+                .or_default() += 1;
+        }
         request.rehydrate_max_bytes = self.options.rehydrate_max_bytes;
         if self.options.at_baseline_size {
             let history = run.histories.branch(&event.branch_id);
@@ -418,6 +435,7 @@ impl<'a> Evaluator<'a> {
                 event_id: event.event_id.clone(),
                 seq,
                 policy: assembled.assembly.policy_version.clone(),
+                policy_note: retired.and_then(retired_replay_note),
                 segments,
                 score,
             });
@@ -437,8 +455,9 @@ impl<'a> Evaluator<'a> {
     }
 }
 
-/// The request and policy of a call point: the recorded assembly's, else the defaults (an
-/// OpenAI-style request under the current policy), with `budget` overriding.
+/// The request and policy of a call point: the recorded assembly's (policy 8 for a retired
+/// version, see [`AssemblyPolicy::for_replay`]), else the defaults (an OpenAI-style request
+/// under the current policy), with `budget` overriding.
 pub(crate) fn recorded_request(
     recorded: Option<&ContextAssembly>,
     budget: Option<u64>,
@@ -454,7 +473,7 @@ pub(crate) fn recorded_request(
         request.budget = Some(rec.budget_tokens);
         request.confidential_allowed = rec.confidential_allowed;
         request.target_tokens = rec.target_tokens;
-        if let Some(p) = AssemblyPolicy::by_version(&rec.policy_version) {
+        if let Some(p) = AssemblyPolicy::for_replay(&rec.policy_version) {
             policy = p;
         }
     }

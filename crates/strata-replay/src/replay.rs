@@ -18,7 +18,9 @@ use strata_keys::RecordCodec;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use strata_core::assembly::{assemble_with_policy, AssemblyPolicy, ContextAssembly};
+use strata_core::assembly::{
+    assemble_with_policy, is_retired, retired_replay_note, AssemblyPolicy, ContextAssembly,
+};
 use strata_core::projection::LogPosition;
 use strata_core::tokens::O200k;
 use strata_core::{Event, Payload};
@@ -133,6 +135,12 @@ pub struct CallPoint {
     pub transcript_tokens: u64,
     /// The bundle under the recorded policy.
     pub recorded: Bundle,
+    /// The recorded policy's version when it is retired (policy 8 stood in for it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retired_policy: Option<String>,
+    /// What [`Self::retired_policy`] means for the recorded bundle, in a sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_note: Option<String>,
     /// The bundle under the candidate policy (when one was given).
     pub candidate: Option<Bundle>,
     /// `candidate - recorded` tokens.
@@ -164,6 +172,10 @@ pub struct ReplayReport {
     /// Call points whose branch had no state to assemble (skipped).
     pub skipped_points: u64,
     pub recorded_policy: String,
+    /// Call points whose recorded policy is retired, by its version: each was assembled under
+    /// policy 8 instead (see [`strata_core::assembly::retired_replay_note`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub retired_policy_points: BTreeMap<String, u64>,
     pub candidate_policy: Option<String>,
     pub recorded_tokens: u64,
     pub candidate_tokens: Option<u64>,
@@ -205,6 +217,7 @@ pub async fn replay(
         call_points: 0,
         skipped_points: 0,
         recorded_policy: recorded_default.version.into(),
+        retired_policy_points: BTreeMap::new(),
         candidate_policy: options.policy.map(|p| p.version.to_owned()),
         recorded_tokens: 0,
         candidate_tokens: options.policy.map(|_| 0),
@@ -234,6 +247,12 @@ pub async fn replay(
                 match call_point(&scratch, &folder, &event, kind, options, history).await? {
                     Some(point) => {
                         report.call_points += 1;
+                        if let Some(version) = &point.retired_policy {
+                            *report
+                                .retired_policy_points
+                                .entry(version.clone())
+                                .or_default() += 1;
+                        }
                         report.recorded_tokens += point.recorded.context_tokens;
                         if let (Some(t), Some(c)) =
                             (report.candidate_tokens.as_mut(), point.candidate.as_ref())
@@ -436,6 +455,13 @@ async fn call_point(
         logged_context_tokens: logged,
         transcript_tokens: base.transcript_tokens,
         recorded: bundle(&base),
+        retired_policy: recorded
+            .as_ref()
+            .map(|r| r.policy_version.clone())
+            .filter(|v| is_retired(v)),
+        policy_note: recorded
+            .as_ref()
+            .and_then(|r| retired_replay_note(&r.policy_version)),
         candidate: None,
         token_diff: 0,
         added: Vec::new(),

@@ -146,3 +146,119 @@ async fn the_default_policy_is_byte_identical_to_assemble_and_the_tight_one_diff
         .iter()
         .any(|s| s.kind == "turn_digest"));
 }
+
+/// A `ContextBuilt` whose record names `policy_version`, placed before the session's first
+/// model response.
+fn with_recorded_policy(
+    mut events: Vec<strata_core::Event>,
+    policy_version: &str,
+) -> Vec<strata_core::Event> {
+    use strata_core::assembly::{ContextAssembly, Provider, ASSEMBLER_VERSION};
+    let at = events
+        .iter()
+        .position(|e| e.payload.event_type().as_str() == "ModelResponseReceived")
+        .expect("a model response");
+    let before = &events[at];
+    let record = ContextAssembly {
+        assembly_id: "asm-recorded".into(),
+        tenant_id: before.tenant_id.clone(),
+        session_id: before.session_id.clone(),
+        branch_id: before.branch_id.clone(),
+        participant_id: "main".into(),
+        provider: Provider::Openai,
+        model: "gpt-4o".into(),
+        policy_version: policy_version.into(),
+        assembler_version: ASSEMBLER_VERSION.into(),
+        tokenizer: "o200k_base".into(),
+        snapshot_seq: 0,
+        budget_tokens: 8_000,
+        target_tokens: None,
+        context_tokens: 100,
+        transcript_tokens: 100,
+        over_budget: false,
+        included: Vec::new(),
+        omitted: Default::default(),
+        omitted_items: Vec::new(),
+        bundle_sha256: String::new(),
+        payload_sha256: String::new(),
+        timings_us: Default::default(),
+        projection_complete: true,
+        confidential_allowed: false,
+        rehydrations: Vec::new(),
+        traced: false,
+    };
+    let built = strata_core::Event::from_json(
+        serde_json::json!({
+            "event_id": "built-1",
+            "tenant_id": before.tenant_id,
+            "session_id": before.session_id,
+            "branch_id": before.branch_id,
+            "timestamp": before.timestamp,
+            "type": "ContextBuilt",
+            "payload": {"assembly_id": "asm-recorded", "context_tokens": 100,
+                        "transcript_tokens": 100, "assembly": record},
+        }),
+        None,
+    )
+    .unwrap();
+    events.insert(at, built);
+    events
+}
+
+#[tokio::test]
+async fn a_record_of_a_retired_policy_replays_under_policy_8_and_says_so() {
+    use strata_core::assembly::POLICY_VERSION_OWN_WORDS;
+    let events = with_recorded_policy(
+        strata_replay::workload::session(common::TENANT, "retired", 60),
+        "strata.assembly/7",
+    );
+    let report = replay(
+        ReplaySource::Events(events.clone()),
+        &ReplayOptions::default(),
+        None,
+    )
+    .await
+    .unwrap();
+    let point = report
+        .points
+        .iter()
+        .find(|p| p.event_id == "built-1")
+        .expect("the recorded call point");
+    assert_eq!(point.recorded.policy, POLICY_VERSION_OWN_WORDS);
+    assert_eq!(point.retired_policy.as_deref(), Some("strata.assembly/7"));
+    assert_eq!(
+        point.policy_note.as_deref(),
+        Some("recorded under strata.assembly/7, retired: replayed under strata.assembly/8")
+    );
+    assert_eq!(
+        report.retired_policy_points.get("strata.assembly/7"),
+        Some(&1)
+    );
+    // Points with no record assemble under the default, and say nothing of retirement.
+    assert!(report
+        .points
+        .iter()
+        .filter(|p| p.event_id != "built-1")
+        .all(|p| p.recorded.policy == POLICY_VERSION && p.policy_note.is_none()));
+    let json = serde_json::to_value(point).unwrap();
+    assert_eq!(json["retired_policy"], "strata.assembly/7");
+
+    // `strata eval` scores the response that record answered under policy 8, and says so.
+    let options = strata_replay::EvalOptions {
+        keep_points: true,
+        ..strata_replay::EvalOptions::default()
+    };
+    let mut evaluator = strata_replay::Evaluator::new(options, None).await.unwrap();
+    evaluator.session("retired", events).await.unwrap();
+    let evaluated = evaluator.finish();
+    assert_eq!(
+        evaluated.retired_policy_points.get("strata.assembly/7"),
+        Some(&1)
+    );
+    let first = evaluated.points.first().expect("a scored response");
+    assert_eq!(first.policy, POLICY_VERSION_OWN_WORDS);
+    assert!(first
+        .policy_note
+        .as_deref()
+        .is_some_and(|n| n.contains("retired: replayed under strata.assembly/8")));
+}

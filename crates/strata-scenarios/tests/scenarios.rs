@@ -110,13 +110,13 @@ async fn every_scenario_keeps_its_facts_and_beats_transcript_replay() {
     );
 }
 
-/// The long-turn policies keep every fact of the suite too (their reductions are reported in
-/// `docs/BENCHMARKS.md`; they spend more than `strata.assembly/3` on these short sessions).
+/// The long-turn policy keeps every fact of the suite too (its reduction is reported in
+/// `docs/BENCHMARKS.md`; it spends more than `strata.assembly/3` on these short sessions).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_long_turn_policies_keep_every_fact_of_the_suite() {
-    use strata_core::assembly::{POLICY_VERSION_STEPS, POLICY_VERSION_STEPS_WIDE};
+async fn the_long_turn_policy_keeps_every_fact_of_the_suite() {
+    use strata_core::assembly::POLICY_VERSION_OWN_WORDS;
     let dir = scenarios_dir();
-    for policy in [POLICY_VERSION_STEPS, POLICY_VERSION_STEPS_WIDE] {
+    for policy in [POLICY_VERSION_OWN_WORDS] {
         let mut scenarios = load(&dir).unwrap_or_else(|e| panic!("loading {}: {e}", dir.display()));
         for s in scenarios.iter_mut() {
             s.expect

@@ -77,7 +77,7 @@ class ContextRequest(BaseModel):
     """The request about to be sent, when it is not on the log yet."""
     verbatim_turns: NonNegativeInt | None = None
     policy: str | None = None
-    """Assembly policy version, e.g. ``strata.assembly/4``; defaults to the server's."""
+    """Assembly policy version, e.g. ``strata.assembly/8``; defaults to the server's."""
     target_tokens: PositiveInt | None = None
     """The size to aim for below the budget: lower trades recall for cost."""
     rehydrate: Sequence[str] | None = None

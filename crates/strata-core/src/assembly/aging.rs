@@ -1,4 +1,4 @@
-//! How steps age under the long-turn policy ([`super::POLICY_VERSION_STEPS`]): which results a
+//! How steps age under the long-turn policy ([`super::POLICY_VERSION_OWN_WORDS`]): which results a
 //! later call supersedes, which terms the session keeps coming back to, and the compact forms of
 //! an older step that keep its evidence — the lines a later step may quote back — whole.
 //!
@@ -25,6 +25,11 @@ const EVIDENCE_MAX_LINES: usize = 6;
 const EVIDENCE_MAX_CHARS: usize = 500;
 /// Arguments of an aged call longer than this have their long strings reduced to evidence.
 const AGED_ARGS_MAX_CHARS: usize = 300;
+/// An aged call's string arguments longer than this go by their evidence lines.
+const AGED_ARG_STRING_CHARS: usize = 3_000;
+/// Most characters of a digested step's text: its opening and the sentences that name code
+/// ([`digest_text`]).
+pub(super) const DIGEST_PROSE_MAX_CHARS: usize = 3_000;
 /// Assistant texts up to this many characters are kept whole when aged.
 const PROSE_INLINE_MAX_CHARS: usize = 600;
 /// A kept line is cut to this many characters.
@@ -447,8 +452,8 @@ fn render_kept(lines: &[&str], mut keep: Vec<usize>) -> String {
     out.trim_end().to_owned()
 }
 
-/// Under [`super::POLICY_VERSION_NOVEL`], most lines kept of an aged output, and their
-/// characters in all: more than [`EVIDENCE_MAX_LINES`], since every line kept past the first and
+/// Most lines kept of an aged output chosen with the others ([`novel_evidence_lines`]), and
+/// their characters in all: more than [`EVIDENCE_MAX_LINES`], since every line kept past the first and
 /// last must name something the context does not already carry.
 const NOVEL_MAX_LINES: usize = 8;
 const NOVEL_MAX_CHARS: usize = 700;
@@ -607,15 +612,10 @@ fn goes_by_evidence(c: &ToolPair) -> bool {
                 .is_some_and(|o| o.chars().count() > AGED_INLINE_MAX_CHARS))
 }
 
-/// An aged call's arguments: as made, but each string longer than `string_chars` (a file's new
-/// content, a long script) by its evidence lines; `None` when they are short or not a JSON
-/// object.
-pub(super) fn aged_arguments(
-    args: &str,
-    seq: u64,
-    salience: &Salience,
-    string_chars: usize,
-) -> Option<String> {
+/// An aged call's arguments: as made, but each string longer than [`AGED_ARG_STRING_CHARS`] (a
+/// file's new content, a long script) by its evidence lines; `None` when they are short or not a
+/// JSON object.
+pub(super) fn aged_arguments(args: &str, seq: u64, salience: &Salience) -> Option<String> {
     if args.len() <= AGED_ARGS_MAX_CHARS {
         return None;
     }
@@ -623,7 +623,7 @@ pub(super) fn aged_arguments(
     let object = value.as_object_mut()?;
     let mut changed = false;
     for v in object.values_mut() {
-        let Some(s) = v.as_str().filter(|s| s.len() > string_chars) else {
+        let Some(s) = v.as_str().filter(|s| s.len() > AGED_ARG_STRING_CHARS) else {
             continue;
         };
         let lines = s.lines().count();
@@ -649,9 +649,9 @@ fn names_code(sentence: &str) -> bool {
 }
 
 /// Whether call `c` carries `block`, a code block of its step's text: in its arguments as sent,
-/// or, when `decoded`, in one of their string values (the JSON of a multi-line command escapes
-/// its newlines and quotes, so the text's block never matches the arguments as sent).
-fn carries(c: &ToolPair, block: &str, decoded: bool) -> bool {
+/// or in one of their string values (the JSON of a multi-line command escapes its newlines and
+/// quotes, so the text's block never matches the arguments as sent).
+fn carries(c: &ToolPair, block: &str) -> bool {
     fn in_strings(v: &serde_json::Value, block: &str) -> bool {
         match v {
             serde_json::Value::String(s) => s.contains(block),
@@ -661,15 +661,13 @@ fn carries(c: &ToolPair, block: &str, decoded: bool) -> bool {
         }
     }
     c.args.contains(block)
-        || (decoded
-            && serde_json::from_str::<serde_json::Value>(&c.args)
-                .is_ok_and(|v| in_strings(&v, block)))
+        || serde_json::from_str::<serde_json::Value>(&c.args).is_ok_and(|v| in_strings(&v, block))
 }
 
 /// An aged step's text: of its prose the sentences that name code; of its code blocks those the
 /// step's calls do not already carry (see [`carries`]); `None` when it is short, or nothing
 /// would be saved.
-pub(super) fn aged_prose(text: &str, calls: &[&ToolPair], decoded: bool) -> Option<String> {
+pub(super) fn aged_prose(text: &str, calls: &[&ToolPair]) -> Option<String> {
     if text.chars().count() <= PROSE_INLINE_MAX_CHARS {
         return None;
     }
@@ -683,7 +681,7 @@ pub(super) fn aged_prose(text: &str, calls: &[&ToolPair], decoded: bool) -> Opti
                     // A block that is the call itself (mini-swe-agent writes its command both
                     // ways) goes once, as the call.
                     let body = block.trim();
-                    if calls.iter().any(|c| carries(c, body, decoded)) || body.is_empty() {
+                    if calls.iter().any(|c| carries(c, body)) || body.is_empty() {
                         dropped = true;
                     } else {
                         out.push_str(&format!("```\n{body}\n```\n"));
@@ -717,7 +715,7 @@ pub(super) fn aged_prose(text: &str, calls: &[&ToolPair], decoded: bool) -> Opti
     dropped.then(|| format!("[older step; what its text named:]\n{}", out.trim_end()))
 }
 
-/// A digested step's text under [`super::POLICY_VERSION_NOVEL`]: its opening up to `head`
+/// A digested step's text under aging: its opening up to `head`
 /// characters, then the sentences of the rest that name code (what the model went on to refer
 /// back to: a digest line's first characters rarely hold it), at most `max_chars` in all, on
 /// one line.
@@ -756,18 +754,9 @@ pub(super) struct Aging<'a> {
     pub file_views: BTreeMap<String, String>,
     /// Outputs of the working set rehydrated in place: raw bytes by call id.
     pub in_place: BTreeMap<String, &'a str>,
-    /// Under [`super::POLICY_VERSION_NOVEL`], the lines each aged result keeps, by call id: set
-    /// once the turns are split ([`Aging::choose_novel_evidence`]).
+    /// The lines each aged result keeps, by call id: set once the turns are split
+    /// ([`Aging::choose_novel_evidence`]).
     pub novel: OnceCell<BTreeMap<String, String>>,
-    /// Under [`super::POLICY_VERSION_NOVEL`], digested steps keep the sentences that name code
-    /// ([`digest_text`]), up to this many characters.
-    pub digest_prose: Option<usize>,
-    /// An aged call's string arguments longer than this go by their evidence lines.
-    pub arg_string_chars: usize,
-    /// A code block of an aged step's text goes only as its call, however the call encodes it.
-    pub blocks_once: bool,
-    /// The newest read of a file in play goes as read in completed turns too.
-    pub files_in_play_everywhere: bool,
 }
 
 impl<'a> Aging<'a> {
@@ -775,7 +764,6 @@ impl<'a> Aging<'a> {
     pub(super) fn new(
         visible: &[TimelineMessage],
         request: &'a AssemblyRequest,
-        policy: &super::AssemblyPolicy,
         rehydrations: &mut [RehydrationDecision],
     ) -> Self {
         let messages: Vec<&TimelineMessage> = visible.iter().collect();
@@ -787,39 +775,19 @@ impl<'a> Aging<'a> {
             file_views: file_views(&messages),
             in_place,
             novel: OnceCell::new(),
-            digest_prose: policy
-                .novel_evidence
-                .then_some(policy.digest_prose_max_chars),
-            arg_string_chars: policy.aged_arg_string_chars,
-            blocks_once: policy.own_words_once,
-            files_in_play_everywhere: policy.files_in_play_everywhere,
         }
     }
 
-    /// The file a result is the newest read of, when it goes as read whatever its turn's
-    /// rendering: under aging in an aged step, under [`super::POLICY_VERSION_IN_PLAY`] in any
-    /// step but the turn in progress's verbatim ones (which send it as they send every result).
+    /// The file a result is the newest read of, when it goes as read: in an aged step (a
+    /// verbatim step sends it as it sends every result).
     pub(super) fn file_view_in(
         &self,
         c: &ToolPair,
         mode: super::render::Rendering,
     ) -> Option<&str> {
-        use super::render::Rendering;
-        let everywhere = self.files_in_play_everywhere && mode != Rendering::Current;
-        (mode.is_aged() || everywhere)
+        mode.is_aged()
             .then(|| self.file_views.get(&c.tool_call_id).map(String::as_str))
             .flatten()
-    }
-
-    /// Under [`super::POLICY_VERSION_IN_PLAY`], the file view that goes instead of a result's
-    /// memory (older policies send the memory first).
-    pub(super) fn view_before_memory(
-        &self,
-        c: &ToolPair,
-        mode: super::render::Rendering,
-    ) -> Option<&str> {
-        self.file_view_in(c, mode)
-            .filter(|_| self.files_in_play_everywhere)
     }
 
     /// Chooses, newest first, the lines each aged result keeps so that together they carry the
@@ -870,10 +838,6 @@ mod tests {
                 file_views: BTreeMap::new(),
                 in_place: BTreeMap::new(),
                 novel: OnceCell::new(),
-                digest_prose: None,
-                arg_string_chars: 300,
-                blocks_once: false,
-                files_in_play_everywhere: false,
             }
         }
     }
@@ -1004,7 +968,7 @@ mod tests {
             r#"{"command":"grep -n acall django/utils/deprecation.py"}"#,
         );
         let calls: Vec<&ToolPair> = m.tool_calls.iter().collect();
-        let short = aged_prose(&text, &calls, false).expect("shortened");
+        let short = aged_prose(&text, &calls).expect("shortened");
         assert!(short.contains("MiddlewareMixin.__acall__"), "{short}");
         assert!(!short.contains("at length"), "{short}");
         assert!(!short.contains("grep -n"), "{short}");

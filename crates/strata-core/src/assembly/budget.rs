@@ -46,8 +46,7 @@ pub(super) fn budget_and_policy(
 }
 
 /// The budget and policy an assembly aiming at `target` tokens runs under: the budget no more
-/// than the target, under aging a verbatim working set of up to half of it, and a history sent
-/// whole only up to the target.
+/// than the target, and under aging a verbatim working set of up to half of it.
 fn aim_at_target(
     budget: u64,
     policy: &AssemblyPolicy,
@@ -63,7 +62,6 @@ fn aim_at_target(
                 } else {
                     policy.verbatim_step_tokens
                 },
-                whole_history_tokens: policy.whole_history_tokens.min(t),
                 ..*policy
             },
         ),

@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::gates::{CallNotes, Gate};
 use super::render::{data_message, render_message, Rendering};
 use super::selection::restated;
-use super::state::{render_facts, render_recovery, render_state, subagent_unit, AgedReport};
+use super::state::{render_facts, render_recovery, render_state, subagent_unit};
 use super::{
     aging, is_step, memories, Aging, AssemblyPolicy, AssemblyRequest, BundleMessage, Omission,
     OmissionReason, Snapshot, Tier, TimelineMessage, ToolPair, Unit,
 };
-use crate::projection::{truncate_chars, SubagentState, ToolStatus, PLATFORM_ROLE};
+use crate::projection::{truncate_chars, ToolStatus, PLATFORM_ROLE};
 use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
 
 /// What every phase of one assembly reads: the inputs, the privacy gate, what the memories say
@@ -56,8 +56,8 @@ pub(super) fn collect<'v>(
     let mut fixed: Vec<Unit> = system_prompt(cx).into_iter().collect();
     let compaction = compacted(cx, visible, omitted);
     fixed.extend(compaction.summary);
-    // Under policy 8 a hypothesis memory restates its message while the history holds it.
-    let hypotheses_restated: BTreeSet<&str> = match cx.policy.own_words_once {
+    // Under aging a hypothesis memory restates its message while the history holds it.
+    let hypotheses_restated: BTreeSet<&str> = match cx.aging.is_some() {
         true => compaction
             .live
             .iter()
@@ -65,8 +65,8 @@ pub(super) fn collect<'v>(
             .collect(),
         false => BTreeSet::new(),
     };
-    let history = Turns::split(cx, compaction.live, compaction.applied);
-    if let Some(a) = cx.aging.filter(|_| cx.policy.novel_evidence) {
+    let history = Turns::split(cx, compaction.live);
+    if let Some(a) = cx.aging {
         let (covered, aged) = history.novel_evidence_inputs(cx);
         a.choose_novel_evidence(covered, aged);
     }
@@ -75,8 +75,7 @@ pub(super) fn collect<'v>(
     fixed.extend(pending_calls(cx, visible));
     fixed.extend(state_units(cx));
     for (i, child) in cx.snapshot.state.subagents.iter().enumerate() {
-        let (unit, omission) =
-            subagent_unit(child, i as u32, cx.tokens, history.aged_report(cx, child));
+        let (unit, omission) = subagent_unit(child, i as u32, cx.tokens, None);
         if history.reports_verbatim(cx, visible, child.report.as_deref()) {
             omitted.push(restated(unit));
         } else {
@@ -340,39 +339,14 @@ fn facts_unit(cx: &Cx<'_>) -> Option<Unit> {
     })
 }
 
-/// Results and arguments of the working set in a completed turn up to this many bytes go
-/// verbatim under [`super::POLICY_VERSION_STEPS`].
+/// Under aging, a digested turn's requests and closing answer go whole up to this many
+/// characters (a longer one is digested like the rest): what the user and the model said is
+/// what later turns name.
+const SAID_IN_DIGEST_MAX_CHARS: usize = 5_000;
+
+/// A result of the working set up to this many bytes goes whole in any turn: a subagent's report
+/// it returns is not said again.
 const ANSWERED_VERBATIM_MAX_BYTES: u64 = 2048;
-
-/// Whether a step has an argument or a result over [`ANSWERED_VERBATIM_MAX_BYTES`].
-fn is_long(m: &TimelineMessage) -> bool {
-    m.tool_calls.iter().any(|c| {
-        c.args.len() as u64 > ANSWERED_VERBATIM_MAX_BYTES
-            || c.output_bytes.unwrap_or(0) > ANSWERED_VERBATIM_MAX_BYTES
-            || c.output
-                .as_ref()
-                .is_some_and(|o| o.len() as u64 > ANSWERED_VERBATIM_MAX_BYTES)
-    })
-}
-
-/// Under [`super::POLICY_VERSION_WHOLE_SHORT`], whether the whole history this participant
-/// sees, with the system prompt and tools, fits the policy's floor: then it goes as written.
-fn fits_whole(cx: &Cx<'_>, live: &[&TimelineMessage]) -> bool {
-    let floor = cx.policy.whole_history_tokens;
-    if floor == 0 || cx.policy.aged_steps_after.is_none() || cx.snapshot.messages_before_window > 0
-    {
-        return false;
-    }
-    let history: u64 = live.iter().map(|m| aging::message_tokens(m)).sum();
-    cx.snapshot.system_prompt_tokens + cx.snapshot.tools_tokens + history <= floor
-}
-
-fn whole_reason(cx: &Cx<'_>) -> String {
-    format!(
-        "the whole history fits {} tokens: sent as written",
-        cx.policy.whole_history_tokens
-    )
-}
 
 /// The live history split into turns (a user message and what followed it), with how far back
 /// each step is.
@@ -387,18 +361,14 @@ pub(super) struct Turns<'v> {
     /// How many completed turns, newest first, are candidates whole (the rest are digests).
     pub verbatim_count: usize,
     verbatim_turns: usize,
-    /// Under [`super::POLICY_VERSION_WHOLE_SHORT`], whether the history is short enough to go
-    /// as written.
-    whole: bool,
 }
 
 impl<'v> Turns<'v> {
     /// Under the long-turn policy a note the platform wrote into the user's turn does not open
     /// one; policy 3 keeps the boundaries it always had there, so that its figures stay
     /// comparable.
-    fn split(cx: &Cx<'_>, live: Vec<&'v TimelineMessage>, compacted: bool) -> Self {
+    fn split(cx: &Cx<'_>, live: Vec<&'v TimelineMessage>) -> Self {
         let policy = cx.policy;
-        let whole = !compacted && fits_whole(cx, &live);
         let platform_opens_turns = policy.aged_steps_after.is_none();
         let mut turns: Vec<Vec<&TimelineMessage>> = Vec::new();
         for m in live {
@@ -415,19 +385,13 @@ impl<'v> Turns<'v> {
             .enumerate()
             .map(|(age, m)| (m.seq, age))
             .collect();
-        let keep = policy.aged_steps_after.map(|min| match whole {
-            true => step_ages.len(),
-            false => aging::verbatim_steps(newest_first(), min, policy.verbatim_step_tokens),
-        });
+        let keep = policy
+            .aged_steps_after
+            .map(|min| aging::verbatim_steps(newest_first(), min, policy.verbatim_step_tokens));
         turns.reverse();
-        // The long-turn policy ages steps across turns instead of digesting turns: every
-        // completed turn is a candidate, its older steps aged (see `render_aged_turn`).
+        let verbatim_count = cx.request.verbatim_turns.min(turns.len());
+        // Under aging no step of the working set is digested, however short its turns.
         let verbatim_count = match keep {
-            Some(_) if whole || !policy.digest_older_turns => turns.len(),
-            _ => cx.request.verbatim_turns.min(turns.len()),
-        };
-        // Under policy 6 no step of the working set is digested, however short its turns.
-        let verbatim_count = match keep.filter(|_| policy.said_in_digests) {
             Some(keep) => verbatim_count.max(
                 turns
                     .iter()
@@ -446,7 +410,6 @@ impl<'v> Turns<'v> {
             keep,
             verbatim_count,
             verbatim_turns: cx.request.verbatim_turns,
-            whole,
         }
     }
 
@@ -491,11 +454,6 @@ impl<'v> Turns<'v> {
                     age,
                     self.keep.unwrap_or_default()
                 ),
-            )
-        } else if self.whole {
-            (
-                Tier::P1,
-                format!("step of the current turn; {}", whole_reason(cx)),
             )
         } else {
             (Tier::P1, "step of the current turn".to_owned())
@@ -547,9 +505,9 @@ impl<'v> Turns<'v> {
             .rposition(|m| m.role == "assistant" && m.tool_calls.is_empty());
         for (i, m) in turn.iter().enumerate() {
             let said = mode == Rendering::Digest
-                && cx.policy.said_in_digests
+                && self.keep.is_some()
                 && (m.role == "user" || Some(i) == answer)
-                && m.text.chars().count() <= cx.policy.said_max_chars;
+                && m.text.chars().count() <= SAID_IN_DIGEST_MAX_CHARS;
             let mode = if said { Rendering::Older } else { mode };
             let (msgs, src, mt) = render_message(m, mode, cx.notes, cx.gate, cx.aging, cx.tokens);
             messages.extend(msgs);
@@ -565,7 +523,7 @@ impl<'v> Turns<'v> {
                     age + 1,
                     self.verbatim_turns
                 )
-            } else if cx.policy.said_in_digests {
+            } else if self.keep.is_some() {
                 "older turn, digested: its requests and closing answer whole, one line per other \
                  step with previews and artifact refs"
                     .into()
@@ -582,10 +540,10 @@ impl<'v> Turns<'v> {
     }
 
     /// A completed turn under the long-turn policy: its user messages verbatim, its steps
-    /// among the newest `keep` (counted across turns) as the latest completed turn goes, older
-    /// steps aged.
+    /// among the newest `keep` (counted across turns) as the latest completed turn goes (the
+    /// user has answered since: long results by their memory or salient lines), older steps
+    /// aged with each result by its tool memory where one exists.
     fn aged_turn(&self, cx: &Cx<'_>, turn: &[&TimelineMessage], keep: usize) -> Unit {
-        let answered = cx.policy.answered_turns;
         let mut messages = Vec::new();
         let mut sources = Vec::new();
         let mut tokens = 0;
@@ -594,38 +552,23 @@ impl<'v> Turns<'v> {
             let old = is_step(m) && self.age(m) >= keep;
             aged += usize::from(old);
             let mode = match old {
-                true if answered => Rendering::AgedAnswered,
-                true => Rendering::Aged,
-                // A short history goes as written.
-                false if self.whole => Rendering::Current,
-                // The user has answered since: the next call answers them, and a listing they
-                // moved on from is baggage. Policy 4 keeps the short results verbatim.
-                false if answered || is_long(m) => Rendering::Recent,
-                false => Rendering::Current,
+                true => Rendering::AgedAnswered,
+                false => Rendering::Recent,
             };
             let (msgs, src, mt) = render_message(m, mode, cx.notes, cx.gate, cx.aging, cx.tokens);
             messages.extend(msgs);
             sources.extend(src);
             tokens += mt;
         }
-        let reason = match (aged, answered) {
-            (0, _) if self.whole => whole_reason(cx),
-            (0, true) => format!(
+        let reason = match aged {
+            0 => format!(
                 "completed turn within the newest {keep} steps: as the latest turn goes, long \
                  results by their memory or salient lines"
             ),
-            (0, false) => format!(
-                "completed turn within the newest {keep} steps: verbatim, results over \
-                 {ANSWERED_VERBATIM_MAX_BYTES} bytes by their memory"
-            ),
-            (_, true) => format!(
+            _ => format!(
                 "completed turn: its messages as written, {aged} older step(s) with their \
                  results by their memory, else their evidence lines (the newest {keep} steps \
                  as the latest turn goes)"
-            ),
-            (_, false) => format!(
-                "completed turn: its messages as written, {aged} older step(s) with their \
-                 results by their evidence lines (the newest {keep} steps verbatim)"
             ),
         };
         Unit {
@@ -641,10 +584,10 @@ impl<'v> Turns<'v> {
         }
     }
 
-    /// Under [`super::POLICY_VERSION_NOVEL`], what the context carries whole (the system
-    /// prompt, the request, every message and call of the turns that age step by step, the
-    /// results of their newest steps, what a digested turn says whole) and the aged steps'
-    /// results that go by their lines. A withheld result is neither.
+    /// Under aging, what the context carries whole (the system prompt, the request, every
+    /// message and call of the turns that age step by step, the results of their newest steps,
+    /// what a digested turn says whole) and the aged steps' results that go by their lines. A
+    /// withheld result is neither.
     fn novel_evidence_inputs(&self, cx: &Cx<'_>) -> (aging::Covered, Vec<(u64, &'v ToolPair)>) {
         let mut covered = aging::Covered::default();
         covered.add(cx.snapshot.system_prompt.as_deref().unwrap_or_default());
@@ -653,10 +596,9 @@ impl<'v> Turns<'v> {
             return (covered, Vec::new());
         };
         let mut aged = Vec::new();
-        let answered = cx.policy.answered_turns;
         let stepwise = self.completed[..self.verbatim_count]
             .iter()
-            .map(|t| (t, answered))
+            .map(|t| (t, true))
             .chain(std::iter::once((&self.current, false)));
         for (turn, answered) in stepwise {
             for m in turn {
@@ -676,12 +618,8 @@ impl<'v> Turns<'v> {
                         continue;
                     }
                     let note = cx.notes.get(c.tool_call_id.as_str());
-                    let view_first = cx.aging.and_then(|a| a.view_before_memory(c, mode));
-                    match note.and_then(|n| n.replacement_of_view(c, mode, view_first)) {
+                    match note.and_then(|n| n.replacement(c, mode)) {
                         Some(text) => covered.add(&text),
-                        None if view_first.is_some() => {
-                            covered.add(c.output.as_deref().unwrap_or_default())
-                        }
                         None if old => aged.push((m.seq, c)),
                         None => covered.add(c.output.as_deref().unwrap_or_default()),
                     }
@@ -689,7 +627,7 @@ impl<'v> Turns<'v> {
             }
         }
         for m in self.completed[self.verbatim_count..].iter().flatten() {
-            if cx.policy.said_in_digests && !is_step(m) {
+            if !is_step(m) {
                 covered.add(&m.text);
             }
         }
@@ -703,20 +641,6 @@ impl<'v> Turns<'v> {
             .chain(self.completed.iter().flatten())
             .flat_map(|m| m.tool_calls.iter().map(|c| c.tool_call_id.as_str()))
             .collect()
-    }
-
-    /// Under [`AssemblyPolicy::subagent_reports_age`], how a subagent whose report is older than
-    /// the working set goes: as many steps came after its latest event as the working set holds.
-    fn aged_report<'a>(&self, cx: &Cx<'a>, child: &SubagentState) -> Option<AgedReport<'a>> {
-        let (keep, aging) = (self.keep?, cx.aging?);
-        if !cx.policy.subagent_reports_age || self.whole {
-            return None;
-        }
-        let steps_after = self.step_ages.range(child.last_seq + 1..).count();
-        (steps_after >= keep).then_some(AgedReport {
-            steps_after,
-            salience: &aging.salience,
-        })
     }
 
     /// Under the long-turn policy: whether the call that ran a subagent returned its report and

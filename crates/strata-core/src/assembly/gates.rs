@@ -108,21 +108,6 @@ impl CallNote<'_> {
         out
     }
 
-    /// [`Self::replacement`], but a result that goes as a file view (`file_view`: its path) is
-    /// replaced only when superseded or stale, never by its memory.
-    pub(super) fn replacement_of_view(
-        &self,
-        c: &ToolPair,
-        mode: Rendering,
-        file_view: Option<&str>,
-    ) -> Option<String> {
-        let replaced = self.superseded_by.is_some() || matches!(self.stale, Some((_, _, true)));
-        match file_view {
-            Some(_) if !replaced => None,
-            _ => self.replacement(c, mode),
-        }
-    }
-
     /// What stands in for the result instead of its bytes: nothing of a superseded result but
     /// the fact; nothing of a stale volatile one but how to revalidate it; in older turns, its
     /// memory (with its marks).

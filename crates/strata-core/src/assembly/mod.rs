@@ -53,66 +53,22 @@ pub const POLICY_VERSION_TURNS: &str = "strata.assembly/3";
 /// three quarters of the budget, keeps two completed turns verbatim instead of the request's
 /// count, and sends no P3 digests of older turns.
 pub const POLICY_VERSION_TIGHT: &str = "strata.assembly/3-tight";
-/// The long-turn policy: the rules of [`POLICY_VERSION_TURNS`], and steps age like turns, the
-/// current turn's too. The working set — at least the newest [`AGED_STEPS_AFTER`] steps, more
-/// while they fit [`VERBATIM_STEP_TOKENS`], and any with a pending call — goes verbatim (in a turn
-/// the user has answered since, long results by their memory), the newest observation whole even
-/// when offloaded; older steps of the current and the recent turns go with their calls as made
-/// (long strings by their evidence lines), their text by what it names, and their results by
-/// their evidence lines with the handle to rehydrate the rest; a result a later call supersedes
-/// goes once, newest; older turns are digested as under [`POLICY_VERSION_TURNS`].
-pub const POLICY_VERSION_STEPS: &str = "strata.assembly/4";
-/// [`POLICY_VERSION_STEPS`] without digests: completed turns past the request's
-/// `verbatim_turns` are aged step by step instead of digested to a line each — more of what a
-/// later call names, for more tokens (measured in `docs/BENCHMARKS.md`).
-pub const POLICY_VERSION_STEPS_WIDE: &str = "strata.assembly/4-wide";
-/// The long-turn policy with completed turns as answered: the rules of [`POLICY_VERSION_STEPS`]
-/// for the turn in progress, and in a completed turn the working set's steps as the latest
-/// turn goes (long results by their memory or salient lines) and older steps with each result
-/// by its tool memory where one exists, else by its evidence lines. Measured on public
-/// trajectories: as small as [`POLICY_VERSION_TURNS`] with a point more recall, and the
-/// scenario suite's reduction unchanged (`docs/BENCHMARKS.md`). The default before
-/// [`POLICY_VERSION_SAID`].
-pub const POLICY_VERSION_ANSWERED: &str = "strata.assembly/5";
-/// [`POLICY_VERSION_ANSWERED`] for conversations of many short turns: no turn holding a step of
-/// the working set is digested (it is aged like the recent turns), and a digested turn's
-/// requests and the answer that closed it (its last message with no call) go whole up to
-/// [`SAID_IN_DIGEST_MAX_CHARS`], the steps between them a line each — what the user and the
-/// model said is what later turns name.
-pub const POLICY_VERSION_SAID: &str = "strata.assembly/6";
-/// [`POLICY_VERSION_SAID`] with aged results chosen together: newest first, each keeps its
-/// first and last line and then the lines that name what the rest of the context does not
-/// already carry (what was said, the calls, the verbatim results, the newer aged results), so
-/// an older output does not repeat a newer one's names and a line naming something new is not
-/// lost to one that repeats.
-pub const POLICY_VERSION_NOVEL: &str = "strata.assembly/7";
-/// [`POLICY_VERSION_NOVEL`] with the model's own words sent once and more of them kept: a code
-/// block of an aged step's text that its call carries goes only as the call (a multi-line
-/// command's JSON never matched its text before), an aged call keeps string arguments up to
-/// 3,000 characters whole, a digested turn keeps its requests and closing answer whole up to
-/// 5,000 characters and a digested step's code-naming sentences up to 3,000, and a hypothesis
-/// memory whose message the history still holds is left out as what the context says. The
-/// default before [`POLICY_VERSION_SELECT`].
+/// The long-turn policy, the default before [`POLICY_VERSION_SELECT`]: the rules of
+/// [`POLICY_VERSION_TURNS`], and steps age like turns, the current turn's too.
+///
+/// The working set — at least the newest [`AGED_STEPS_AFTER`] steps, more while they fit
+/// [`VERBATIM_STEP_TOKENS`], and any with a pending call — goes verbatim (in a completed turn,
+/// long results by their memory or salient lines), the newest observation whole even when
+/// offloaded. Older steps go with their calls as made (string arguments over 3,000 characters
+/// by their evidence lines), their text by what it names (a code block the call carries only as
+/// the call), and their results by the lines that name what the rest of the context does not
+/// already carry, newest first, with the handle to rehydrate the rest; in a completed turn a
+/// result goes by its tool memory where one exists. A result a later call supersedes goes once,
+/// newest. Turns past the request's `verbatim_turns` that hold no step of the working set are
+/// digested, their requests and closing answer whole up to 5,000 characters and each step's
+/// code-naming sentences up to 3,000; a hypothesis memory whose message the history still holds
+/// is left out as what the context says.
 pub const POLICY_VERSION_OWN_WORDS: &str = "strata.assembly/8";
-/// [`POLICY_VERSION_OWN_WORDS`] with a floor: a history whose every message and output fits
-/// [`WHOLE_HISTORY_TOKENS`] (with the system prompt and tools) goes as written, every step
-/// verbatim and no state that restates it; a request's `target_tokens` below the floor lowers
-/// it. Measured in `docs/BENCHMARKS.md`: a point of recall for a point of reduction on real
-/// trajectories, but the scenario suite's stale and superseded facts reach the model (5 of 16
-/// scenarios fail), so it is not the default.
-pub const POLICY_VERSION_WHOLE_SHORT: &str = "strata.assembly/9";
-/// [`POLICY_VERSION_OWN_WORDS`] with the files in play read as returned in every turn: the
-/// newest read of a file the agent touched most recently goes as it was read (up to a cap, then
-/// its evidence lines) in a completed turn too, where a long result used to go by its memory —
-/// the next edit of that file quotes its lines, and a conversation of many short turns edits a
-/// file read turns ago.
-pub const POLICY_VERSION_IN_PLAY: &str = "strata.assembly/10";
-/// [`POLICY_VERSION_IN_PLAY`] with subagents aging like steps: a finished subagent's report goes
-/// whole until as many steps came after it as the working set holds, then by its task's
-/// opening and its report's evidence lines (its artifacts, failure state and checkpoint still
-/// whole) — on a long run the reports of every subagent the agent ever started no longer ride
-/// along, whole, at every call.
-pub const POLICY_VERSION_REPORTS_AGE: &str = "strata.assembly/11";
 /// One selection, the default: every piece of history a candidate in a few renderings, chosen by
 /// the evidence it adds for the next action per token up to the target ([`Valuation::Evidence`];
 /// the mechanism is described in the `select` module). Measured against policy 8 and the
@@ -125,17 +81,24 @@ pub const BASELINE_TRANSCRIPT: &str = "strata.baseline/transcript";
 pub const BASELINE_LAST_3: &str = "strata.baseline/last-3";
 pub const BASELINE_LAST_5: &str = "strata.baseline/last-5";
 pub const BASELINE_LAST_10: &str = "strata.baseline/last-10";
-/// Under [`POLICY_VERSION_WHOLE_SHORT`], a history up to this many tokens goes as written.
-pub const WHOLE_HISTORY_TOKENS: u64 = 16_000;
-/// Under [`POLICY_VERSION_SAID`], what was said in a digested turn goes whole up to this many
-/// characters (a longer message is digested like the rest); [`POLICY_VERSION_OWN_WORDS`] sets
-/// its own ([`AssemblyPolicy::said_max_chars`]).
-pub const SAID_IN_DIGEST_MAX_CHARS: usize = 2_000;
-/// Steps of the current turn kept verbatim under [`POLICY_VERSION_STEPS`] (SWE-agent's
+/// Experiments on the long-turn policy that left the product (measured in
+/// `docs/BENCHMARKS.md`): no new assembly runs under one, and a recorded assembly naming one
+/// replays under [`POLICY_VERSION_OWN_WORDS`], which they were variations of.
+pub const RETIRED_POLICY_VERSIONS: [&str; 8] = [
+    "strata.assembly/4",
+    "strata.assembly/4-wide",
+    "strata.assembly/5",
+    "strata.assembly/6",
+    "strata.assembly/7",
+    "strata.assembly/9",
+    "strata.assembly/10",
+    "strata.assembly/11",
+];
+/// Steps kept verbatim under [`POLICY_VERSION_OWN_WORDS`] before older ones age (SWE-agent's
 /// default for its last-N-observations processor is 5 too).
 pub const AGED_STEPS_AFTER: usize = 5;
-/// Under [`POLICY_VERSION_STEPS`], more of the newest steps go verbatim while they fit this many
-/// tokens.
+/// Under [`POLICY_VERSION_OWN_WORDS`], more of the newest steps go verbatim while they fit this
+/// many tokens.
 pub const VERBATIM_STEP_TOKENS: u64 = 8_000;
 
 /// An assembly policy, chosen by version. [`AssemblyPolicy::default`] is [`POLICY_VERSION`]
@@ -151,43 +114,12 @@ pub struct AssemblyPolicy {
     pub max_verbatim_turns: Option<usize>,
     /// Whether older turns are sent as P3 digests.
     pub digests: bool,
-    /// Steps of the current turn older than the newest this many are sent aged (`None`: every
-    /// step verbatim while the budget allows).
+    /// Steps older than the newest this many are sent aged, by the rules of
+    /// [`POLICY_VERSION_OWN_WORDS`] (`None`: every step of the current turn verbatim while the
+    /// budget allows, as [`POLICY_VERSION_TURNS`] does).
     pub aged_steps_after: Option<usize>,
     /// Under aging, more of the newest steps go verbatim while their tokens fit this many.
     pub verbatim_step_tokens: u64,
-    /// Under aging, whether completed turns past the request's `verbatim_turns` are digested
-    /// (with their memories, as [`POLICY_VERSION_TURNS`] does) instead of aged step by step.
-    pub digest_older_turns: bool,
-    /// Under aging, whether a completed turn goes as answered ([`POLICY_VERSION_ANSWERED`]).
-    pub answered_turns: bool,
-    /// Whether a digested turn keeps its requests and closing answer whole
-    /// ([`POLICY_VERSION_SAID`]).
-    pub said_in_digests: bool,
-    /// Under aging, whether aged results keep the lines that add names to the context
-    /// ([`POLICY_VERSION_NOVEL`]) instead of each its own best-ranked lines.
-    pub novel_evidence: bool,
-    /// Under [`Self::said_in_digests`], the longest request or closing answer a digested turn
-    /// keeps whole.
-    pub said_max_chars: usize,
-    /// Under [`Self::novel_evidence`], most characters of a digested step's text.
-    pub digest_prose_max_chars: usize,
-    /// Under aging, an aged call's string arguments longer than this go by their evidence
-    /// lines.
-    pub aged_arg_string_chars: usize,
-    /// Whether the model's own words go once ([`POLICY_VERSION_OWN_WORDS`]): a code block its
-    /// call carries only as the call, a hypothesis memory of a message still in the history
-    /// left out.
-    pub own_words_once: bool,
-    /// Under aging, a history (with the system prompt and tools) of at most this many tokens
-    /// goes as written, every step verbatim ([`POLICY_VERSION_WHOLE_SHORT`]); 0: never.
-    pub whole_history_tokens: u64,
-    /// Under aging, whether the newest read of a file in play goes as read in completed turns
-    /// too, not by its memory ([`POLICY_VERSION_IN_PLAY`]).
-    pub files_in_play_everywhere: bool,
-    /// Under aging, whether a finished subagent older than the working set goes by its task's
-    /// opening and its report's evidence lines ([`POLICY_VERSION_REPORTS_AGE`]).
-    pub subagent_reports_age: bool,
     /// One selection by value per token ([`POLICY_VERSION_SELECT`]) under this valuation, in
     /// place of the tiers and every switch above.
     pub selection: Option<Valuation>,
@@ -208,64 +140,24 @@ impl AssemblyPolicy {
         digests: true,
         aged_steps_after: None,
         verbatim_step_tokens: 0,
-        digest_older_turns: true,
-        answered_turns: false,
-        said_in_digests: false,
-        novel_evidence: false,
-        said_max_chars: SAID_IN_DIGEST_MAX_CHARS,
-        digest_prose_max_chars: 800,
-        aged_arg_string_chars: 300,
-        own_words_once: false,
-        whole_history_tokens: 0,
-        files_in_play_everywhere: false,
-        subagent_reports_age: false,
         selection: None,
     };
 
-    /// Policy 6 ([`POLICY_VERSION_SAID`]).
-    pub const SAID: AssemblyPolicy = AssemblyPolicy {
-        version: POLICY_VERSION_SAID,
-        said_in_digests: true,
-        ..AssemblyPolicy::ANSWERED
+    /// Policy 3 with tighter tiers ([`POLICY_VERSION_TIGHT`]).
+    pub const TIGHT: AssemblyPolicy = AssemblyPolicy {
+        version: POLICY_VERSION_TIGHT,
+        budget_percent: 75,
+        max_verbatim_turns: Some(2),
+        digests: false,
+        ..AssemblyPolicy::TURNS
     };
 
-    /// Policy 7 ([`POLICY_VERSION_NOVEL`]).
-    pub const NOVEL: AssemblyPolicy = AssemblyPolicy {
-        version: POLICY_VERSION_NOVEL,
-        novel_evidence: true,
-        ..AssemblyPolicy::SAID
-    };
-
-    /// Policy 8 ([`POLICY_VERSION_OWN_WORDS`]), measured against 7 in `docs/BENCHMARKS.md`.
+    /// Policy 8 ([`POLICY_VERSION_OWN_WORDS`]).
     pub const OWN_WORDS: AssemblyPolicy = AssemblyPolicy {
         version: POLICY_VERSION_OWN_WORDS,
-        said_max_chars: 5_000,
-        digest_prose_max_chars: 3_000,
-        aged_arg_string_chars: 3_000,
-        own_words_once: true,
-        ..AssemblyPolicy::NOVEL
-    };
-
-    /// Policy 9 ([`POLICY_VERSION_WHOLE_SHORT`]), measured against 8 in `docs/BENCHMARKS.md`.
-    pub const WHOLE_SHORT: AssemblyPolicy = AssemblyPolicy {
-        version: POLICY_VERSION_WHOLE_SHORT,
-        whole_history_tokens: WHOLE_HISTORY_TOKENS,
-        ..AssemblyPolicy::OWN_WORDS
-    };
-
-    /// Policy 10 ([`POLICY_VERSION_IN_PLAY`]), measured against 8 and 9 in `docs/BENCHMARKS.md`.
-    pub const IN_PLAY: AssemblyPolicy = AssemblyPolicy {
-        version: POLICY_VERSION_IN_PLAY,
-        files_in_play_everywhere: true,
-        ..AssemblyPolicy::OWN_WORDS
-    };
-
-    /// Policy 11 ([`POLICY_VERSION_REPORTS_AGE`]), measured against 8 and 10 in
-    /// `docs/BENCHMARKS.md`.
-    pub const REPORTS_AGE: AssemblyPolicy = AssemblyPolicy {
-        version: POLICY_VERSION_REPORTS_AGE,
-        subagent_reports_age: true,
-        ..AssemblyPolicy::IN_PLAY
+        aged_steps_after: Some(AGED_STEPS_AFTER),
+        verbatim_step_tokens: VERBATIM_STEP_TOKENS,
+        ..AssemblyPolicy::TURNS
     };
 
     /// Policy 12 ([`POLICY_VERSION_SELECT`]).
@@ -292,62 +184,93 @@ impl AssemblyPolicy {
         ]
     }
 
-    /// Policy 5 ([`POLICY_VERSION_ANSWERED`]).
-    pub const ANSWERED: AssemblyPolicy = AssemblyPolicy {
-        version: POLICY_VERSION_ANSWERED,
-        aged_steps_after: Some(AGED_STEPS_AFTER),
-        verbatim_step_tokens: VERBATIM_STEP_TOKENS,
-        answered_turns: true,
-        ..AssemblyPolicy::TURNS
-    };
-
-    /// Every known policy, default first.
-    pub fn all() -> [AssemblyPolicy; 12] {
+    /// Every policy of the product, default first (the baselines aside).
+    pub fn all() -> [AssemblyPolicy; 4] {
         [
             AssemblyPolicy::default(),
             AssemblyPolicy::OWN_WORDS,
-            AssemblyPolicy::REPORTS_AGE,
-            AssemblyPolicy::IN_PLAY,
-            AssemblyPolicy::WHOLE_SHORT,
-            AssemblyPolicy::NOVEL,
-            AssemblyPolicy::SAID,
-            AssemblyPolicy::ANSWERED,
             AssemblyPolicy::TURNS,
-            AssemblyPolicy {
-                version: POLICY_VERSION_TIGHT,
-                budget_percent: 75,
-                max_verbatim_turns: Some(2),
-                digests: false,
-                aged_steps_after: None,
-                verbatim_step_tokens: 0,
-                digest_older_turns: true,
-                answered_turns: false,
-                ..AssemblyPolicy::TURNS
-            },
-            AssemblyPolicy {
-                version: POLICY_VERSION_STEPS,
-                aged_steps_after: Some(AGED_STEPS_AFTER),
-                verbatim_step_tokens: VERBATIM_STEP_TOKENS,
-                ..AssemblyPolicy::TURNS
-            },
-            AssemblyPolicy {
-                version: POLICY_VERSION_STEPS_WIDE,
-                aged_steps_after: Some(AGED_STEPS_AFTER),
-                verbatim_step_tokens: VERBATIM_STEP_TOKENS,
-                digest_older_turns: false,
-                ..AssemblyPolicy::TURNS
-            },
+            AssemblyPolicy::TIGHT,
         ]
     }
 
-    /// The policy of a version (or a baseline's configuration), if known.
+    /// The policy of a version (or a baseline's configuration), if selectable.
     pub fn by_version(version: &str) -> Option<AssemblyPolicy> {
         Self::all()
             .into_iter()
             .chain(Self::baselines())
             .find(|p| p.version == version)
     }
+
+    /// Every version a request may name: the policies, then the baselines.
+    pub fn selectable_versions() -> Vec<&'static str> {
+        Self::all()
+            .into_iter()
+            .chain(Self::baselines())
+            .map(|p| p.version)
+            .collect()
+    }
+
+    /// The policy a new request names, or why it names none: a retired version is refused as
+    /// such, so that a caller knows to pick another rather than suspect a typo.
+    pub fn requested(version: &str) -> Result<AssemblyPolicy, PolicyVersionError> {
+        Self::by_version(version).ok_or_else(|| match is_retired(version) {
+            true => PolicyVersionError::Retired(version.to_owned()),
+            false => PolicyVersionError::Unknown(version.to_owned()),
+        })
+    }
+
+    /// The policy a recorded assembly replays under: its own version's, or for a retired version
+    /// policy 8 (see [`retired_replay_note`]); `None` for a version never known.
+    pub fn for_replay(recorded_version: &str) -> Option<AssemblyPolicy> {
+        match is_retired(recorded_version) {
+            true => Some(AssemblyPolicy::OWN_WORDS),
+            false => Self::by_version(recorded_version),
+        }
+    }
 }
+
+/// Whether `version` names a policy that left the product ([`RETIRED_POLICY_VERSIONS`]).
+pub fn is_retired(version: &str) -> bool {
+    RETIRED_POLICY_VERSIONS.contains(&version)
+}
+
+/// What a replay of a record made under `recorded_version` says about its policy when the
+/// version is retired: that it ran under policy 8 instead.
+pub fn retired_replay_note(recorded_version: &str) -> Option<String> {
+    is_retired(recorded_version).then(|| {
+        format!(
+            "recorded under {recorded_version}, retired: replayed under {POLICY_VERSION_OWN_WORDS}"
+        )
+    })
+}
+
+/// Why a request's policy version selects no policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyVersionError {
+    /// One of [`RETIRED_POLICY_VERSIONS`].
+    Retired(String),
+    /// A version Strata never had.
+    Unknown(String),
+}
+
+impl std::fmt::Display for PolicyVersionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let selectable = AssemblyPolicy::selectable_versions().join(", ");
+        match self {
+            PolicyVersionError::Retired(v) => write!(
+                f,
+                "assembly policy {v} is retired (a record made under it replays under \
+                 {POLICY_VERSION_OWN_WORDS}); selectable: {selectable}"
+            ),
+            PolicyVersionError::Unknown(v) => {
+                write!(f, "unknown assembly policy {v:?}; selectable: {selectable}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PolicyVersionError {}
 
 /// Version of the assembler code.
 pub const ASSEMBLER_VERSION: &str = concat!("strata-assembler/", env!("CARGO_PKG_VERSION"));
@@ -818,7 +741,7 @@ pub fn assemble_with_policy(
     let mut rehydrations = rehydration_plan_with_policy(snapshot, request, &policy);
     let aging = policy
         .aged_steps_after
-        .map(|_| Aging::new(&visible, request, &policy, &mut rehydrations));
+        .map(|_| Aging::new(&visible, request, &mut rehydrations));
     let cx = Cx {
         snapshot,
         request,

@@ -146,11 +146,7 @@ impl MessageRenderer<'_> {
         }
         // An aged step keeps what its text names (code, paths, identifiers), not its prose.
         let text = match self.mode {
-            mode if mode.is_aged() => aging::aged_prose(
-                &m.text,
-                &answered,
-                self.aging.is_some_and(|a| a.blocks_once),
-            ),
+            mode if mode.is_aged() => aging::aged_prose(&m.text, &answered),
             _ => None,
         };
         t += match &text {
@@ -185,7 +181,7 @@ impl MessageRenderer<'_> {
         let aged = self
             .aging
             .filter(|_| self.mode.is_aged())
-            .and_then(|a| aging::aged_arguments(&c.args, seq, &a.salience, a.arg_string_chars));
+            .and_then(|a| aging::aged_arguments(&c.args, seq, &a.salience));
         match aged {
             Some(short) => {
                 let t = self.tokens.count(&short);
@@ -208,9 +204,7 @@ impl MessageRenderer<'_> {
         if self.gate.withholds(c.privacy_class) {
             return counted(self.gate.safe_summary(c));
         }
-        let file_view = self.aging.and_then(|a| a.file_view_in(c, self.mode));
-        let view_first = self.aging.and_then(|a| a.view_before_memory(c, self.mode));
-        if let Some(text) = note.and_then(|n| n.replacement_of_view(c, self.mode, view_first)) {
+        if let Some(text) = note.and_then(|n| n.replacement(c, self.mode)) {
             return counted(text);
         }
         if let Some(a) = self.aging {
@@ -218,7 +212,7 @@ impl MessageRenderer<'_> {
                 return counted(aging::superseded_text(s));
             }
             let raw = a.in_place.get(&c.tool_call_id).copied();
-            if let Some(path) = file_view {
+            if let Some(path) = a.file_view_in(c, self.mode) {
                 return counted(aging::file_view_result(c, raw, path, seq, a));
             }
             if self.mode.is_aged() {
@@ -244,8 +238,9 @@ impl MessageRenderer<'_> {
             "[{} @{}] {}",
             m.role,
             m.seq,
-            match self.aging.and_then(|a| a.digest_prose) {
-                Some(max) => aging::digest_text(&m.text, DIGEST_TEXT_CHARS, max),
+            match self.aging {
+                Some(_) =>
+                    aging::digest_text(&m.text, DIGEST_TEXT_CHARS, aging::DIGEST_PROSE_MAX_CHARS),
                 None => truncate_chars(&m.text.replace('\n', " "), DIGEST_TEXT_CHARS),
             }
         );

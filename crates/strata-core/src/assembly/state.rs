@@ -3,13 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use super::aging::{evidence_lines_within, Salience};
+use std::convert::Infallible;
+
 use super::gates::Gate;
-use super::render::{data_message, one_line};
+use super::render::data_message;
 
 use super::{BundleMessage, Omission, OmissionReason, Tier, Unit};
 use crate::payload::PrivacyClass;
-use crate::projection::{truncate_chars, AgentState, SubagentState};
+use crate::projection::{AgentState, SubagentState};
 use crate::tokens::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
 
 pub(super) fn render_state(s: &AgentState) -> (String, Vec<String>) {
@@ -114,35 +115,20 @@ pub(super) fn render_recovery(s: &AgentState, gate: Gate) -> (String, Vec<String
 /// Newest unresolved errors of one tool shown one by one.
 pub(super) const RECOVERY_ERRORS_PER_TOOL: usize = 3;
 
-/// How a finished subagent's report goes once it is older than the working set
-/// ([`super::AssemblyPolicy::subagent_reports_age`]): how many steps came after it, and what
-/// the session named since, which ranks its lines.
-pub(super) struct AgedReport<'a> {
-    pub steps_after: usize,
-    pub salience: &'a Salience,
-}
-
-/// An aged report at most this long goes whole: its evidence lines would not be shorter.
-const AGED_REPORT_WHOLE_MAX_CHARS: usize = 1_500;
-/// Most lines, and characters in all, an aged report keeps.
-const AGED_REPORT_LINES: usize = 12;
-const AGED_REPORT_CHARS: usize = 1_500;
-/// Characters of an aged subagent's task kept: its opening says what it was asked.
-const AGED_TASK_CHARS: usize = 300;
-
 /// A child subagent as the parent sees it: while it runs, only that it runs (its work is
 /// private to it, counted as `not_promoted`); once it finished or was promoted, its report,
-/// status, artifact handles, failure state and the parent's resume checkpoint — under `aged`,
-/// a finished one's task by its opening and its report by its evidence lines.
+/// status, artifact handles, failure state and the parent's resume checkpoint.
+///
+/// `_aged_report` can only be `None`: reports aged under `strata.assembly/11`, which is retired.
+/// The parameter goes once `select::fixed` (edited separately) stops passing it.
 pub(super) fn subagent_unit(
     child: &SubagentState,
     index: u32,
     tokens: &dyn TokenCounter,
-    aged: Option<AgedReport<'_>>,
+    _aged_report: Option<Infallible>,
 ) -> (Unit, Option<Omission>) {
     let mut text = String::new();
     let omission;
-    let aged = aged.filter(|_| child.finished);
     let (kind, reason) = if child.released() {
         omission = None;
         text.push_str(&format!(
@@ -155,10 +141,7 @@ pub(super) fn subagent_unit(
                 ""
             }
         ));
-        match &aged {
-            Some(a) => push_aged_report(&mut text, child, a),
-            None => push_whole_report(&mut text, child),
-        }
+        push_report(&mut text, child);
         if !child.artifacts.is_empty() {
             text.push_str(&format!("Artifacts: {}\n", child.artifacts.join(", ")));
         }
@@ -177,16 +160,10 @@ pub(super) fn subagent_unit(
                 "Resume from the checkpoint recorded when it started: {checkpoint}\n"
             ));
         }
-        let reason = match &aged {
-            Some(a) => format!(
-                "a subagent that finished {} steps back: its task's opening and its report's \
-                 evidence lines, with its artifacts and failure state",
-                a.steps_after
-            ),
-            None => "a finished or promoted subagent: its report, artifacts and failure state"
-                .to_owned(),
-        };
-        ("subagent_result", reason)
+        (
+            "subagent_result",
+            "a finished or promoted subagent: its report, artifacts and failure state".to_owned(),
+        )
     } else {
         text.push_str(&format!(
             "## Subagent {}: running\n{}Its work stays private to it until it finishes or is promoted.\n",
@@ -226,7 +203,7 @@ pub(super) fn subagent_unit(
             tier: Tier::P1,
             reason,
             sources,
-            rendering: if aged.is_some() { "aged" } else { "verbatim" },
+            rendering: "verbatim",
             tokens: unit_tokens,
             messages: vec![message],
             protected: true,
@@ -236,42 +213,13 @@ pub(super) fn subagent_unit(
     )
 }
 
-fn push_whole_report(text: &mut String, child: &SubagentState) {
+fn push_report(text: &mut String, child: &SubagentState) {
     if let Some(task) = &child.task {
         text.push_str(&format!("Task: {task}\n"));
     }
     if let Some(report) = &child.report {
         text.push_str(&format!("Report: {report}\n"));
     }
-}
-
-/// An older report: the task's opening on one line, the report whole when short, else its
-/// first and last lines and the ones naming what the session named since, failures and
-/// definitions (the step that read it has aged out too; what the parent made of it is in its
-/// own words after it).
-fn push_aged_report(text: &mut String, child: &SubagentState, aged: &AgedReport<'_>) {
-    if let Some(task) = &child.task {
-        let opening = one_line(&truncate_chars(task, AGED_TASK_CHARS));
-        text.push_str(&format!("Task (its opening): {opening}\n"));
-    }
-    let Some(report) = &child.report else {
-        return;
-    };
-    let chars = report.chars().count();
-    if chars <= AGED_REPORT_WHOLE_MAX_CHARS {
-        text.push_str(&format!("Report: {report}\n"));
-        return;
-    }
-    let kept = evidence_lines_within(
-        report,
-        child.last_seq,
-        aged.salience,
-        AGED_REPORT_LINES,
-        AGED_REPORT_CHARS,
-    );
-    text.push_str(&format!(
-        "Report ({chars} characters; its evidence lines):\n{kept}\n"
-    ));
 }
 
 pub(super) fn render_facts(s: &AgentState) -> (String, Vec<String>) {
