@@ -1,6 +1,6 @@
 //! The scenario suite of SPEC §10, end to end on the embedded backends: every scenario keeps its
-//! facts; the six the seeds measured (at 82-90%) each cut at least 83% of the transcript-replay
-//! tokens and at least 89% on average; the average over all sixteen stays above a regression
+//! facts; the six the seeds measured (at 82-90%) each cut at least 78% of the transcript-replay
+//! tokens and at least 88% on average; the average over all sixteen stays above a regression
 //! floor (it includes a scenario that must send raw bytes: exact CSV rehydration).
 
 use std::path::PathBuf;
@@ -28,15 +28,15 @@ const CATALOGUE: [&str; 16] = [
 ];
 
 /// The seeds measured their six scenarios at 82-90%. Policy 8 cut each by at least 85% and
-/// 90.6% on average; the default, policy 12, sends a completed turn's payloads under 1,000
-/// characters and the files the agent read as written (real sessions quote them, see
-/// docs/BENCHMARKS.md): each of the six at least 83% (83.3% measured), their average at least
-/// 89% (89.8%).
-const MEASURED_MIN_REDUCTION: f64 = 0.83;
-const MEASURED_AVERAGE_MIN_REDUCTION: f64 = 0.89;
-/// All sixteen, as a regression floor (81.1% measured under policy 12 when set; 88.6% under 8,
+/// 90.6% on average; the default, policy 12, sends a completed turn's payloads up to 3,000
+/// characters and the files the agent read as written, as real sessions need them (a tighter
+/// threshold cost tau-bench 4.4 points of recall; docs/BENCHMARKS.md): each of the six at least
+/// 78% (78.8% measured, `multi_skill_runtime_state`), their average at least 88% (88.6%).
+const MEASURED_MIN_REDUCTION: f64 = 0.78;
+const MEASURED_AVERAGE_MIN_REDUCTION: f64 = 0.88;
+/// All sixteen, as a regression floor (79.3% measured under policy 12 when set; 88.6% under 8,
 /// which sends file reads of completed turns by their memory).
-const ALL_AVERAGE_MIN_REDUCTION: f64 = 0.80;
+const ALL_AVERAGE_MIN_REDUCTION: f64 = 0.78;
 
 /// The coding-agent scenario is generated (a 157-event session); its fixture is committed.
 const CODING_FIXTURE: &str = "cli_coding_agent_compaction.jsonl";

@@ -325,7 +325,7 @@ fn message_bytes(m: &BundleMessage) -> usize {
 /// by what its memory says, the bytes left on the log: a page of payload a finished turn
 /// fetched is what a next action rarely reads again (a file the agent read is its work, and
 /// stays a candidate line by line).
-const BULKY_CHARS: usize = 1_000;
+const BULKY_CHARS: usize = 3_000;
 
 /// Whether message `m` of a completed turn goes as the product's rules have it (memories for
 /// long results, the notes for stale and superseded ones): it carries a bulky payload, or a
