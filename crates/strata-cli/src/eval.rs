@@ -70,6 +70,10 @@ pub(crate) struct EvalArgs {
     /// of these context sizes (tokens, comma-separated), and print one row per target.
     #[arg(long, value_delimiter = ',', value_name = "TOKENS")]
     targets: Vec<u64>,
+    /// With `--targets`: also draw the curve, beside the baselines scored in the same runs, as
+    /// an SVG picture in this file.
+    #[arg(long, requires = "targets", value_name = "FILE")]
+    svg: Option<PathBuf>,
 }
 
 /// `last-N` (or `lastN`) as N.
@@ -151,6 +155,17 @@ async fn curve(
             ..options.clone()
         };
         rows.push((target, evaluate(opts, args, &options, show_progress).await?));
+    }
+    if let Some(path) = &args.svg {
+        let totals: Vec<(Option<u64>, &strata_eval::Totals)> = rows
+            .iter()
+            .map(|(target, r)| (*target, &r.totals))
+            .collect();
+        let policy = rows.first().map_or("", |(_, r)| r.policy.as_str());
+        let svg = crate::curve_svg::render(&totals, policy, options.last_n);
+        std::fs::write(path, svg)
+            .with_context(|| format!("writing the curve to {}", path.display()))?;
+        eprintln!("curve drawn in {}", path.display());
     }
     if args.json {
         let curve: Vec<serde_json::Value> = rows

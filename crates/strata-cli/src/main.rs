@@ -14,6 +14,7 @@ mod bench_replay;
 mod bench_scale;
 mod bench_scenarios;
 mod compact;
+mod curve_svg;
 mod demo;
 mod dev;
 mod eval;
