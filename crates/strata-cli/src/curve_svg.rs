@@ -10,10 +10,10 @@ use strata_eval::{SideTotals, Totals};
 /// One point of a series: percent fewer tokens than transcript replay, percent recall.
 type Point = (f64, f64);
 
-const WIDTH: f64 = 640.0;
+const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 420.0;
 const LEFT: f64 = 60.0;
-const RIGHT: f64 = 170.0;
+const RIGHT: f64 = 260.0;
 const TOP: f64 = 30.0;
 const BOTTOM: f64 = 50.0;
 
@@ -39,11 +39,13 @@ pub(crate) fn render(rows: &[(Option<u64>, &Totals)], policy: &str, last_n: usiz
         .iter()
         .find(|(target, _)| target.is_none())
         .map(|(_, t)| point(t, &t.strata));
+    // Transcript replay (0% fewer, all the evidence) is named in the legend, not plotted: it
+    // would squash the curves into a corner.
     let all: Vec<Point> = policy_curve
         .iter()
         .chain(&truncation)
         .copied()
-        .chain([masking, (0.0, 100.0)])
+        .chain([masking])
         .chain(own)
         .collect();
     let frame = Frame::around(&all);
@@ -64,11 +66,6 @@ pub(crate) fn render(rows: &[(Option<u64>, &Totals)], policy: &str, last_n: usiz
     let mut legend_row = 2;
     for (p, colour, label) in [
         (Some(masking), "#2f5bd3", format!("last-{last_n} masking")),
-        (
-            Some((0.0, 100.0)),
-            "#2f9e6b",
-            "transcript replay".to_owned(),
-        ),
         (own, "#8a4fc4", format!("{policy}, its own target")),
     ] {
         if let Some(p) = p {
@@ -83,6 +80,11 @@ pub(crate) fn render(rows: &[(Option<u64>, &Totals)], policy: &str, last_n: usiz
     }
     svg.push_str(&legend(0, "#d3582f", &format!("{policy} at each target")));
     svg.push_str(&legend(1, "#9aa3b2", "newest-message truncation"));
+    svg.push_str(&legend(
+        legend_row,
+        "#2f9e6b",
+        "transcript replay: 0% fewer, 100%",
+    ));
     svg.push_str("</svg>\n");
     svg
 }
@@ -155,10 +157,11 @@ impl Frame {
     }
 }
 
-/// Ticks every 5 points within `range`.
+/// Ticks every 5 points within `range`, every 10 over a wide one.
 fn ticks(range: (f64, f64)) -> impl Iterator<Item = f64> {
-    let steps = ((range.1 - range.0) / 5.0).round() as usize;
-    (0..=steps).map(move |i| range.0 + 5.0 * i as f64)
+    let step = if range.1 - range.0 > 40.0 { 10.0 } else { 5.0 };
+    let steps = ((range.1 - range.0) / step).floor() as usize;
+    (0..=steps).map(move |i| range.0 + step * i as f64)
 }
 
 fn series(frame: &Frame, points: &[Point], colour: &str, label: &str) -> String {
@@ -237,7 +240,7 @@ mod tests {
         assert!(svg.contains("50.0% fewer, 90.0% recall"), "{svg}");
         assert!(svg.contains("70.0% fewer, 75.0% recall"), "{svg}");
         assert!(svg.contains("last-5 masking"));
-        assert!(svg.contains("transcript replay"));
+        assert!(svg.contains("transcript replay: 0% fewer"));
         assert_eq!(svg.matches("<polyline").count(), 2);
     }
 }
