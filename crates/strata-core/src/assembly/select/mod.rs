@@ -43,7 +43,7 @@ pub enum Valuation {
 
 /// The size the default valuation aims for when the request sets no `target_tokens`: chosen
 /// from the recall curve on the development corpus (`docs/BENCHMARKS.md`).
-pub const DEFAULT_TARGET_TOKENS: u64 = 20_000;
+pub const DEFAULT_TARGET_TOKENS: u64 = 24_000;
 
 /// Tokens a placeholder line costs, and a gap marker inside a piece sent by its lines.
 pub(super) const PLACEHOLDER_TOKENS: f64 = 8.0;
@@ -117,9 +117,24 @@ pub(super) fn assemble(
                     "the whole history fits the target",
                 )
             } else {
+                let fixed_count = units.len();
                 units.extend(fixed.when_cut);
                 let why = "chosen by the evidence it adds per token";
-                aim(&cx, &history, &units, target, why)
+                let chosen = aim(&cx, &history, &units, target, why);
+                let sent =
+                    overhead(snapshot, &units) + chosen.0.iter().map(|u| u.tokens).sum::<u64>();
+                // A cut that lands at the whole history's size (the target just under it, the
+                // aim's tolerance over it) is no saving: the history goes as written.
+                if sent >= whole && whole <= budget {
+                    let restated = units.drain(fixed_count..).map(fixed::restated);
+                    omitted.extend(restated);
+                    emitted(
+                        choose::everything(&history),
+                        "the whole history costs no more than its cut",
+                    )
+                } else {
+                    chosen
+                }
             }
         }
     };
