@@ -83,8 +83,8 @@ pub(super) fn restated(u: Unit) -> Omission {
 }
 
 /// The goal, task, plan, criteria, constraints, decisions and facts published as state
-/// (`StateUpdated`), and the files written (`FileWritten`), that no message of the history carries: a history sent whole does not say
-/// them, a history cut by lines might not either.
+/// (`StateUpdated`), and the files written (`FileWritten`), that no message of the history
+/// carries: a history sent whole does not say them, a history cut by lines might not either.
 fn published_state(cx: &Cx<'_>, live: &[&TimelineMessage]) -> Option<Unit> {
     let in_history: BTreeSet<&str> = live
         .iter()
