@@ -1025,3 +1025,56 @@ fn one_selection_is_never_larger_than_the_transcript() {
         }
     }
 }
+
+/// A finished turn that fetched a long report (not a file the agent read), then a new request.
+fn fetched_then_asked() -> (Snapshot, String) {
+    let report: String = (0..150)
+        .map(|i| format!("region_{i}: revenue {} units {}\n", i * 1_000 + 7, i * 3))
+        .collect();
+    let fetch = json!({"url": "https://reports.example/q3"});
+    let messages = vec![
+        message(1, "user", "Fetch the Q3 report.", vec![]),
+        message(
+            2,
+            "assistant",
+            "Fetching it.",
+            vec![pair("fetch", 2, "web_fetch", &fetch, Some(&report), None)],
+        ),
+        message(3, "assistant", "The report lists 150 regions.", vec![]),
+        message(4, "user", "Draft the summary for the board.", vec![]),
+    ];
+    (snapshot_of(messages, 4, AgentState::default()), report)
+}
+
+#[test]
+fn a_set_target_buys_back_what_a_finished_turn_sends_shorter() {
+    let (snapshot, report) = fetched_then_asked();
+    let transcript = select(&snapshot, BASELINE_TRANSCRIPT, None);
+    let deep = "region_137: revenue 137007 units 411";
+    // The default is the smallest sufficient context: the finished turn's payload goes shorter.
+    let default = select(&snapshot, POLICY_VERSION_SELECT, None);
+    let short = result_of(&default, "fetch").expect("the fetch is answered");
+    assert!(!short.contains(deep), "{short}");
+    assert!(default.assembly.context_tokens < transcript.assembly.context_tokens / 2);
+    // A target the request sets is room to spend: with room for all of it the history goes as
+    // written, never larger than the transcript.
+    let roomy = select(&snapshot, POLICY_VERSION_SELECT, Some(50_000));
+    assert_eq!(result_of(&roomy, "fetch"), Some(report.as_str()));
+    assert!(
+        roomy.assembly.context_tokens <= transcript.assembly.context_tokens,
+        "{} against {}",
+        roomy.assembly.context_tokens,
+        transcript.assembly.context_tokens
+    );
+    // With room for part of it, the shorter form stays and lines of the payload follow it.
+    let half = (default.assembly.context_tokens + transcript.assembly.context_tokens) / 2;
+    let part = select(&snapshot, POLICY_VERSION_SELECT, Some(half));
+    let sent = result_of(&part, "fetch").expect("the fetch is answered");
+    assert!(sent.starts_with(short), "{sent}");
+    assert!(sent.contains("region_"), "{sent}");
+    let tokens = part.assembly.context_tokens;
+    assert!(
+        tokens > default.assembly.context_tokens && tokens <= half + half / 20,
+        "aimed at {half}, sent {tokens}"
+    );
+}

@@ -73,15 +73,18 @@ impl CallNote<'_> {
         }
     }
 
-    /// [`Self::without_marks`] for result `c` shown as written, and without the pointer that
-    /// would stand in for a result shorter than the pointer itself (no saving, and no news).
+    /// [`Self::without_marks`] for result `c` shown as written: not past its freshness (a
+    /// result of the turn in progress is what the agent works from, however long ago it came;
+    /// its age is for the memory that stands in for it once the turn is over), and without the
+    /// pointer that would stand in for a result shorter than the pointer itself (no saving, and
+    /// no news).
     pub(super) fn as_written(&self, c: &ToolPair) -> Self {
         let mut note = self.without_marks();
+        note.stale = None;
         let pointer = note.replacement(c, Rendering::Current);
         let shorter = |p: &String| c.output.as_ref().is_some_and(|o| o.len() <= p.len());
         if pointer.as_ref().is_some_and(shorter) {
             note.superseded_by = None;
-            note.stale = None;
         }
         note
     }

@@ -30,12 +30,22 @@ impl Choice {
     }
 }
 
-/// Transcript replay: every line.
+/// Every line as written: transcript replay.
 pub(super) fn everything(history: &History<'_>) -> Choice {
     let keep = history
         .pieces
         .iter()
         .map(|p| vec![true; p.lines.len()])
+        .collect();
+    Choice { keep }
+}
+
+/// Every line, the parts a completed turn shortens in their shorter form.
+pub(super) fn shortened(history: &History<'_>) -> Choice {
+    let keep = history
+        .pieces
+        .iter()
+        .map(|p| vec![!p.as_written; p.lines.len()])
         .collect();
     Choice { keep }
 }
@@ -74,9 +84,12 @@ const NAME_DECAY: f64 = 0.85;
 /// The part of a name's weight that does not decay: an old name is still a name.
 const NAME_FLOOR: f64 = 0.25;
 /// The model's own words and calls: what it refers back to most.
-const OWN_WORDS_WEIGHT: f64 = 1.5;
+const OWN_WORDS_WEIGHT: f64 = 3.0;
 /// A result on a file the agent modified: the next edit quotes its lines.
 const IN_PLAY_WEIGHT: f64 = 2.0;
+/// A completed turn's part as written, beside the shorter form it goes in: bought back with
+/// room the rest leaves.
+const AS_WRITTEN_WEIGHT: f64 = 0.5;
 
 /// The default valuation: lines by the weighed names they add, per token, within `room` tokens;
 /// `covered` are the names the rest of the context (protected pieces, state) already carries.
@@ -150,7 +163,7 @@ impl Messages {
     pub(super) fn of(history: &History<'_>) -> Self {
         let mut open = vec![false; history.rendered.len()];
         let mut cost: Vec<f64> = history.rendered.iter().map(|r| r.frame as f64).collect();
-        for p in &history.pieces {
+        for p in history.pieces.iter().filter(|p| !p.as_written) {
             open[p.message] |= p.protected;
             cost[p.message] += super::PLACEHOLDER_TOKENS;
         }
@@ -246,15 +259,16 @@ impl Weights {
     }
 }
 
-/// The model's own words count more, and a result on a file in play; of two copies the newer
-/// one wins.
+/// The model's own words count more, and a result on a file in play, a part as written less
+/// than the shorter form it goes in; of two copies the newer one wins.
 fn piece_factor(p: &Piece) -> f64 {
     let own = match p.part {
         Part::Words | Part::Arguments(_) => OWN_WORDS_WEIGHT,
         Part::Output(_) if p.in_play => IN_PLAY_WEIGHT,
         Part::Said | Part::Output(_) => 1.0,
     };
-    own * (1.0 + 0.5 * 0.8f64.powi(p.age.min(400) as i32))
+    let written = if p.as_written { AS_WRITTEN_WEIGHT } else { 1.0 };
+    own * written * (1.0 + 0.5 * 0.8f64.powi(p.age.min(400) as i32))
 }
 
 /// Room left once no line adds a name goes to the newest lines not yet chosen, as masking

@@ -26,7 +26,10 @@ pub(super) fn units(
             mine.push((p, keep.as_slice()));
         }
         let m = history.live[i];
-        let whole = mine.iter().all(|(_, keep)| keep.iter().all(|&k| k));
+        // As rendered: every line of its shown form, none of a part's as written twin.
+        let whole = mine
+            .iter()
+            .all(|(p, keep)| keep.iter().all(|&k| k != p.as_written));
         let protected = mine.iter().any(|(p, _)| p.protected);
         let shown = mine.iter().any(|(_, keep)| keep.iter().any(|&k| k));
         if !whole && !shown && !protected {
@@ -42,10 +45,13 @@ pub(super) fn units(
         }
         let (messages, tokens) = if whole {
             (rendered.messages.clone(), rendered.tokens)
+        } else if let Some(written) = rendered.written.as_ref().filter(|_| as_written(&mine)) {
+            (written.clone(), rendered.written_tokens)
         } else {
             cut_messages(cx, &rendered.messages, &mine)
         };
-        for (p, keep) in mine.iter().filter(|(_, keep)| !keep.iter().all(|&k| k)) {
+        let cut = |(p, keep): &&(&Piece, &[bool])| !p.as_written && !keep.iter().all(|&k| k);
+        for (p, keep) in mine.iter().filter(cut) {
             omitted.push(left_out(p, keep, &m.event_id));
         }
         units.push(Unit {
@@ -77,6 +83,14 @@ pub(super) fn units(
     (units, omitted)
 }
 
+/// Whether a message's pieces are chosen whole as written: every twin whole, and every other
+/// part without a twin whole.
+fn as_written(mine: &[(&Piece, &[bool])]) -> bool {
+    let twinned = |part: Part| mine.iter().any(|(p, _)| p.as_written && p.part == part);
+    mine.iter()
+        .all(|(p, keep)| (!p.as_written && twinned(p.part)) || keep.iter().all(|&k| k))
+}
+
 /// A note that messages were left out whole, so the model knows the history has gaps.
 fn left_out_note(cx: &Cx<'_>, dropped: usize) -> Option<Unit> {
     if dropped == 0 {
@@ -106,12 +120,7 @@ fn cut_messages(
     messages: &[BundleMessage],
     pieces: &[(&Piece, &[bool])],
 ) -> (Vec<BundleMessage>, u64) {
-    let text_of = |part: Part| {
-        pieces
-            .iter()
-            .find(|(p, _)| p.part == part)
-            .map(|(p, keep)| shown_text(p, keep))
-    };
+    let shown = |part: Part| Shown::of(pieces, part);
     let mut out = Vec::with_capacity(messages.len());
     let mut tokens = 0;
     let mut outputs = 0;
@@ -120,12 +129,12 @@ fn cut_messages(
             BundleMessage::Assistant { text, tool_calls } => {
                 let mut calls = tool_calls.clone();
                 for (k, c) in calls.iter_mut().enumerate() {
-                    if let Some(args) = text_of(Part::Arguments(k)) {
+                    if let Some(args) = shown(Part::Arguments(k)).arguments() {
                         c.arguments = args;
                     }
                     tokens += tool_call_tokens(&c.name, &c.arguments, cx.tokens);
                 }
-                let text = text_of(Part::Words).unwrap_or_else(|| text.clone());
+                let text = shown(Part::Words).text().unwrap_or_else(|| text.clone());
                 tokens += message_tokens(&text, cx.tokens);
                 BundleMessage::Assistant {
                     text,
@@ -137,7 +146,9 @@ fn cut_messages(
                 content,
                 is_error,
             } => {
-                let content = text_of(Part::Output(outputs)).unwrap_or_else(|| content.clone());
+                let content = shown(Part::Output(outputs))
+                    .text()
+                    .unwrap_or_else(|| content.clone());
                 outputs += 1;
                 tokens += message_tokens(&content, cx.tokens);
                 BundleMessage::Tool {
@@ -147,7 +158,7 @@ fn cut_messages(
                 }
             }
             BundleMessage::User { text } => {
-                let text = text_of(Part::Said).unwrap_or_else(|| text.clone());
+                let text = shown(Part::Said).text().unwrap_or_else(|| text.clone());
                 tokens += message_tokens(&text, cx.tokens);
                 BundleMessage::User { text }
             }
@@ -159,6 +170,56 @@ fn cut_messages(
         out.push(cut);
     }
     (out, tokens)
+}
+
+/// One part of a message as chosen: its shown form and, where a completed turn shortens it,
+/// its twin as written.
+struct Shown<'a> {
+    short: Option<(&'a Piece, &'a [bool])>,
+    written: Option<(&'a Piece, &'a [bool])>,
+}
+
+impl<'a> Shown<'a> {
+    fn of(pieces: &[(&'a Piece, &'a [bool])], part: Part) -> Self {
+        let find = |as_written: bool| {
+            pieces
+                .iter()
+                .find(|(p, _)| p.part == part && p.as_written == as_written)
+                .copied()
+        };
+        Self {
+            short: find(false),
+            // A twin none of whose lines is chosen leaves the shorter form alone.
+            written: find(true).filter(|(_, keep)| keep.iter().any(|&k| k)),
+        }
+    }
+
+    /// The text sent: the twin whole when all of it is chosen; else the shorter form with the
+    /// twin's chosen lines after it (without its placeholder when none of its own is chosen).
+    fn text(&self) -> Option<String> {
+        let short = self.short.map(|(p, keep)| shown_text(p, keep));
+        let Some((twin, keep)) = self.written else {
+            return short;
+        };
+        let lines = shown_text(twin, keep);
+        let short = self
+            .short
+            .filter(|(_, keep)| keep.iter().any(|&k| k))
+            .map(|(p, keep)| shown_text(p, keep));
+        Some(match short {
+            Some(short) if !keep.iter().all(|&k| k) => format!("{short}\n{lines}"),
+            _ => lines,
+        })
+    }
+
+    /// Arguments sent: JSON cannot be joined, so a twin with lines chosen replaces the
+    /// shortened form.
+    fn arguments(&self) -> Option<String> {
+        match self.written {
+            Some((twin, keep)) => Some(shown_text(twin, keep)),
+            None => self.short.map(|(p, keep)| shown_text(p, keep)),
+        }
+    }
 }
 
 /// A piece as sent: whole, its chosen lines with the gaps marked, or one line.

@@ -69,9 +69,19 @@ pub(super) fn assemble(
         aging: None,
         tokens,
     };
+    // A target the request sets is room to spend: what the default sends shorter (a completed
+    // turn's payloads, the range a compaction summarises) is bought back with what the rest
+    // leaves. Without one the context is the smallest sufficient.
+    let spend = valuation == Valuation::Evidence && request.target_tokens.is_some();
     // A compaction's summary stands in for the messages before its first kept event, as the
     // compactor decided (they stay on the log, and rehydration brings a result back).
     let mut compaction = match valuation {
+        Valuation::Evidence if spend => {
+            let mut summarised = candidates::compacted(&cx, &visible, &mut Vec::new());
+            summarised.live = visible.iter().collect();
+            summarised.calls.clear();
+            summarised
+        }
         Valuation::Evidence => candidates::compacted(&cx, &visible, &mut omitted),
         _ => candidates::Compacted {
             applied: false,
@@ -109,33 +119,12 @@ pub(super) fn assemble(
                 .target_tokens
                 .unwrap_or(DEFAULT_TARGET_TOKENS)
                 .min(budget);
-            let whole = overhead(snapshot, &units) + history.whole_tokens();
-            if whole <= target {
-                omitted.extend(fixed.when_cut.into_iter().map(fixed::restated));
-                emitted(
-                    choose::everything(&history),
-                    "the whole history fits the target",
-                )
-            } else {
-                let fixed_count = units.len();
-                units.extend(fixed.when_cut);
-                let why = "chosen by the evidence it adds per token";
-                let chosen = aim(&cx, &history, &units, target, why);
-                let sent =
-                    overhead(snapshot, &units) + chosen.0.iter().map(|u| u.tokens).sum::<u64>();
-                // A cut that lands at the whole history's size (the target just under it, the
-                // aim's tolerance over it) is no saving: the history goes as written.
-                if sent >= whole && whole <= budget {
-                    let restated = units.drain(fixed_count..).map(fixed::restated);
-                    omitted.extend(restated);
-                    emitted(
-                        choose::everything(&history),
-                        "the whole history costs no more than its cut",
-                    )
-                } else {
-                    chosen
-                }
-            }
+            let aim = Aim {
+                target,
+                budget,
+                spend: spend && (history.has_shortened() || compaction.applied),
+            };
+            by_evidence(&cx, &history, &mut units, fixed.when_cut, &mut omitted, aim)
         }
     };
     omitted.extend(history_omitted);
@@ -148,11 +137,61 @@ pub(super) fn assemble(
     record::finish(&cx, budget, selected, omitted, rehydrations)
 }
 
+/// What the default valuation aims at.
+#[derive(Clone, Copy)]
+struct Aim {
+    target: u64,
+    budget: u64,
+    spend: bool,
+}
+
+/// The history under the default valuation: as rendered when it fits the target (`when_cut`
+/// restated, not sent), else the lines chosen by evidence beside `units` and `when_cut`; a cut
+/// that costs as much as the history as written sends it as written.
+fn by_evidence(
+    cx: &Cx<'_>,
+    history: &pieces::History<'_>,
+    units: &mut Vec<Unit>,
+    when_cut: Vec<Unit>,
+    omitted: &mut Vec<Omission>,
+    aim: Aim,
+) -> (Vec<Unit>, Vec<Omission>) {
+    let whole = overhead(cx.snapshot, units) + history.whole_tokens();
+    if whole <= aim.target && !aim.spend {
+        omitted.extend(when_cut.into_iter().map(fixed::restated));
+        let choice = choose::shortened(history);
+        return emit::units(cx, history, &choice, "the whole history fits the target");
+    }
+    let fixed_count = units.len();
+    units.extend(when_cut);
+    let why = "chosen by the evidence it adds per token";
+    let chosen = aim_at(cx, history, units, aim.target, why);
+    let sent = overhead(cx.snapshot, units) + chosen.0.iter().map(|u| u.tokens).sum::<u64>();
+    let written = overhead(cx.snapshot, &units[..fixed_count]) + history.written_tokens();
+    // A cut that lands at the whole history's size (the target just under it, the aim's
+    // tolerance over it) is no saving: the history goes as it would whole.
+    let (choice, why) = if sent >= written && written <= aim.budget {
+        (
+            choose::everything(history),
+            "the history as written costs no more than its cut",
+        )
+    } else if sent >= whole && whole <= aim.budget && !aim.spend {
+        (
+            choose::shortened(history),
+            "the whole history costs no more than its cut",
+        )
+    } else {
+        return chosen;
+    };
+    omitted.extend(units.drain(fixed_count..).map(fixed::restated));
+    emit::units(cx, history, &choice, why)
+}
+
 /// Lines chosen by evidence within `target` beside `fixed`, emitted. The costs chosen by are
 /// estimates (a line's share of its message's tokens, the gap markers), so a context that lands
 /// more than [`AIM_TOLERANCE`] off the target is chosen once more with the difference added to
 /// the room.
-fn aim(
+fn aim_at(
     cx: &Cx<'_>,
     history: &pieces::History<'_>,
     fixed: &[Unit],

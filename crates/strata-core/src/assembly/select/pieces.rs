@@ -53,6 +53,10 @@ pub(super) struct Piece {
     pub age: u32,
     /// A result of a call on a file the agent modified: the file in play.
     pub in_play: bool,
+    /// The part as written, beside the shorter form a completed turn sends it in (a memory, a
+    /// note, shortened arguments): its lines are bought back only with room to spare, and with
+    /// none chosen the shorter form goes alone.
+    pub as_written: bool,
 }
 
 /// A message of the live history rendered whole.
@@ -60,6 +64,10 @@ pub(super) struct Rendered {
     pub messages: Vec<BundleMessage>,
     pub sources: Vec<String>,
     pub tokens: u64,
+    /// Its messages as written, where a completed turn sends it shorter.
+    pub written: Option<Vec<BundleMessage>>,
+    /// Its tokens as written (`tokens` when it is sent as written).
+    pub written_tokens: u64,
     /// Its framing: what its messages and calls cost with every line left out.
     pub frame: u64,
 }
@@ -75,6 +83,16 @@ impl History<'_> {
     /// Tokens of every message sent whole.
     pub(super) fn whole_tokens(&self) -> u64 {
         self.rendered.iter().map(|r| r.tokens).sum()
+    }
+
+    /// Tokens of every message as written, the parts a completed turn shortens included.
+    pub(super) fn written_tokens(&self) -> u64 {
+        self.rendered.iter().map(|r| r.written_tokens).sum()
+    }
+
+    /// Whether some part goes shorter than written unless room buys its lines back.
+    pub(super) fn has_shortened(&self) -> bool {
+        self.pieces.iter().any(|p| p.as_written)
     }
 
     /// The messages with a protected piece, each once.
@@ -138,67 +156,121 @@ pub(super) fn split<'v>(
         } else {
             Rendering::Current
         };
-        // A result shown as written goes as written: its freshness and conflict marks go where
-        // its memory stands in for it.
-        let notes = if mode == Rendering::Current {
-            &as_written
-        } else {
-            cx.notes
-        };
-        let (mut messages, sources, mut tokens) =
-            render_message(m, mode, notes, cx.gate, None, cx.tokens);
-        tokens = raw_in_place(&mut messages, tokens, in_place, cx);
-        let bytes: usize = messages.iter().map(message_bytes).sum();
-        let frame = frame_tokens(&messages);
-        let per_byte = tokens.saturating_sub(frame) as f64 / bytes.max(1) as f64;
-        let cut = Cut {
+        let cut = |rendered: &Rendered| Cut {
             message: i,
             protected: protected.contains(&i),
             age: ages[i],
-            per_byte,
+            per_byte: rendered.per_byte(),
         };
-        let mut outputs = 0;
-        for message in &messages {
-            match message {
-                BundleMessage::Assistant { text, tool_calls } => {
-                    pieces.push(cut.piece(Part::Words, text));
-                    for (k, c) in tool_calls.iter().enumerate() {
-                        pieces.push(cut.arguments(k, &c.arguments));
-                    }
-                }
-                BundleMessage::Tool {
-                    tool_call_id,
-                    content,
-                    ..
-                } => {
-                    let mut piece = cut.piece(Part::Output(outputs), content);
-                    piece.protected |=
-                        unresolved.contains(tool_call_id.as_str()) || asked.contains(tool_call_id);
-                    piece.in_play = m
-                        .tool_calls
-                        .iter()
-                        .find(|c| &c.tool_call_id == tool_call_id)
-                        .is_some_and(|c| modified.iter().any(|f| c.args.contains(f)));
-                    pieces.push(piece);
-                    outputs += 1;
-                }
-                BundleMessage::User { text }
-                | BundleMessage::System { text }
-                | BundleMessage::Data { text, .. } => pieces.push(cut.piece(Part::Said, text)),
-            }
+        let facts = Facts {
+            m,
+            unresolved: &unresolved,
+            modified: &modified,
+            asked,
+        };
+        // A result shown as written goes as written: its freshness and conflict marks go where
+        // its memory stands in for it.
+        let notes = match mode {
+            Rendering::Current => &as_written,
+            _ => cx.notes,
+        };
+        let mut shown = render(m, mode, notes, in_place, cx);
+        let mine = message_pieces(&cut(&shown), &shown.messages, &facts);
+        if mode != Rendering::Current {
+            let written = render(m, Rendering::Current, &as_written, in_place, cx);
+            shown.written_tokens = written.tokens;
+            let twins = message_pieces(&cut(&written), &written.messages, &facts);
+            shown.written = Some(written.messages);
+            pieces.extend(mine.iter().zip(twins).filter_map(|(short, mut twin)| {
+                (twin.text != short.text).then(|| {
+                    twin.as_written = true;
+                    twin.protected = false;
+                    twin
+                })
+            }));
         }
-        rendered.push(Rendered {
-            messages,
-            sources,
-            tokens,
-            frame,
-        });
+        pieces.extend(mine);
+        rendered.push(shown);
     }
     History {
         live,
         rendered,
         pieces,
     }
+}
+
+/// Message `m` rendered in `mode`, with the raw bytes of `in_place` outputs where their
+/// previews are.
+fn render(
+    m: &TimelineMessage,
+    mode: Rendering,
+    notes: &CallNotes<'_>,
+    in_place: &BTreeMap<String, &str>,
+    cx: &Cx<'_>,
+) -> Rendered {
+    let (mut messages, sources, tokens) = render_message(m, mode, notes, cx.gate, None, cx.tokens);
+    let tokens = raw_in_place(&mut messages, tokens, in_place, cx);
+    Rendered {
+        frame: frame_tokens(&messages),
+        messages,
+        sources,
+        tokens,
+        written: None,
+        written_tokens: tokens,
+    }
+}
+
+impl Rendered {
+    /// Tokens per byte of its text, its framing aside: what a line of it is estimated at.
+    fn per_byte(&self) -> f64 {
+        let bytes: usize = self.messages.iter().map(message_bytes).sum();
+        self.tokens.saturating_sub(self.frame) as f64 / bytes.max(1) as f64
+    }
+}
+
+/// What the pieces of one history message are marked by.
+struct Facts<'a> {
+    m: &'a TimelineMessage,
+    unresolved: &'a BTreeSet<&'a str>,
+    modified: &'a [&'a str],
+    asked: &'a BTreeSet<String>,
+}
+
+/// The pieces of one history message as rendered in `messages`.
+fn message_pieces(cut: &Cut, messages: &[BundleMessage], facts: &Facts<'_>) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    let mut outputs = 0;
+    for message in messages {
+        match message {
+            BundleMessage::Assistant { text, tool_calls } => {
+                pieces.push(cut.piece(Part::Words, text));
+                for (k, c) in tool_calls.iter().enumerate() {
+                    pieces.push(cut.arguments(k, &c.arguments));
+                }
+            }
+            BundleMessage::Tool {
+                tool_call_id,
+                content,
+                ..
+            } => {
+                let mut piece = cut.piece(Part::Output(outputs), content);
+                piece.protected |= facts.unresolved.contains(tool_call_id.as_str())
+                    || facts.asked.contains(tool_call_id);
+                piece.in_play = facts
+                    .m
+                    .tool_calls
+                    .iter()
+                    .find(|c| &c.tool_call_id == tool_call_id)
+                    .is_some_and(|c| facts.modified.iter().any(|f| c.args.contains(f)));
+                pieces.push(piece);
+                outputs += 1;
+            }
+            BundleMessage::User { text }
+            | BundleMessage::System { text }
+            | BundleMessage::Data { text, .. } => pieces.push(cut.piece(Part::Said, text)),
+        }
+    }
+    pieces
 }
 
 /// Puts the raw bytes of `in_place` outputs where their previews are; returns the tokens.
@@ -287,6 +359,7 @@ impl Cut {
             protected: self.protected,
             age: self.age,
             in_play: false,
+            as_written: false,
         }
     }
 }
