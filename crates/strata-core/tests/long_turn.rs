@@ -465,14 +465,14 @@ fn a_subagents_report_rehydrated_whole_in_its_step_is_not_sent_again_beside_it()
     let task: strata_core::assembly::ToolPair = serde_json::from_value(task).unwrap();
     let newest = snapshot.messages.last_mut().unwrap();
     newest.tool_calls = vec![task];
-    let at = |rehydrated: bool| {
+    let at = |snapshot: &Snapshot, rehydrated: bool| {
         let mut request = AssemblyRequest::default();
         if rehydrated {
             request.rehydrated.insert(artifact.into(), report.clone());
         }
-        assemble_with_policy(&snapshot, &request, &AssemblyPolicy::default(), &O200k)
+        assemble_with_policy(snapshot, &request, &AssemblyPolicy::default(), &O200k)
     };
-    let once = at(true);
+    let once = at(&snapshot, true);
     assert_eq!(result_of(&once, "call-task"), Some(report.as_str()));
     assert!(!once
         .assembly
@@ -483,14 +483,26 @@ fn a_subagents_report_rehydrated_whole_in_its_step_is_not_sent_again_beside_it()
         o.kind == "subagent_result" && o.reason == strata_core::assembly::OmissionReason::Redundant
     }));
     assert_eq!(text_of(&once).matches("finding 119:").count(), 1);
-    // When the bytes cannot be read, the step has only the preview: the report goes.
-    let unread = at(false);
-    assert!(unread
+    // When the bytes cannot be read, the report the subagent's state holds goes in place of
+    // the preview it opens, as the transcript has it: once, and not again beside it.
+    let unread = at(&snapshot, false);
+    assert_eq!(result_of(&unread, "call-task"), Some(report.as_str()));
+    assert!(!unread
         .assembly
         .included
         .iter()
         .any(|s| s.kind == "subagent_result"));
     assert_eq!(text_of(&unread).matches("finding 119:").count(), 1);
+    // A preview that does not open the report is another output: the report goes beside it.
+    let newest = snapshot.messages.last_mut().unwrap();
+    newest.tool_calls[0].output_preview = Some("a different output".into());
+    let beside = at(&snapshot, false);
+    assert!(beside
+        .assembly
+        .included
+        .iter()
+        .any(|s| s.kind == "subagent_result"));
+    assert_eq!(text_of(&beside).matches("finding 119:").count(), 1);
 }
 
 /// A compaction whose cut falls inside the turn, at step `kept_from`.

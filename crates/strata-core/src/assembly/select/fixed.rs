@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::candidates::{self, Compacted, Cx};
 use super::super::state::{render_facts, render_state, subagent_unit};
 use super::super::{
-    memories, BundleMessage, Omission, OmissionReason, Tier, TimelineMessage, Unit,
+    memories, BundleMessage, Omission, OmissionReason, Snapshot, Tier, TimelineMessage, ToolPair,
+    Unit,
 };
 use super::Valuation;
 use crate::projection::{AgentState, Sourced};
@@ -183,6 +184,41 @@ fn subagent_reports(
     }
     units
 }
+
+/// Finished subagents' reports whose call's stored output is in the history by its preview: the
+/// report goes in place of the preview, as the transcript has it, and not again beside it.
+pub(super) fn reports_in_their_steps<'s>(
+    snapshot: &'s Snapshot,
+    live: &[&TimelineMessage],
+    in_place: &BTreeMap<String, &str>,
+) -> Vec<(String, &'s str)> {
+    let stored = || {
+        live.iter()
+            .flat_map(|m| m.tool_calls.iter())
+            .filter(|c| c.output.is_none() && !in_place.contains_key(&c.tool_call_id))
+    };
+    let mut found = Vec::new();
+    for child in snapshot.state.subagents.iter().filter(|c| c.released()) {
+        let Some(report) = child.report.as_deref().map(str::trim) else {
+            continue;
+        };
+        let opens = |c: &&ToolPair| {
+            let head = c.output_preview.as_deref().and_then(|p| p.lines().next());
+            head.map(str::trim).is_some_and(|h| {
+                h.len() >= REPORT_HEAD_CHARS
+                    && report.starts_with(h)
+                    && report.len() as u64 <= c.output_bytes.unwrap_or(0)
+            })
+        };
+        if let Some(c) = stored().find(opens) {
+            found.push((c.tool_call_id.clone(), report));
+        }
+    }
+    found
+}
+
+/// Characters of a preview's first line that must open a report to take it for the report.
+const REPORT_HEAD_CHARS: usize = 24;
 
 /// Memories of other sessions (the user's, the project's): what this one knows of the others.
 /// This session's own memories restate its history, which is a candidate itself.

@@ -95,7 +95,14 @@ pub(super) fn assemble(
         _ => Default::default(),
     };
     let raw = rehydration::raw_units(&cx, &visible, &mut rehydrations);
-    let in_place = rehydration::in_place(request, &mut rehydrations);
+    let mut in_place = rehydration::in_place(request, &mut rehydrations);
+    if valuation == Valuation::Evidence {
+        in_place.extend(fixed::reports_in_their_steps(
+            snapshot,
+            &compaction.live,
+            &in_place,
+        ));
+    }
     let fixed = fixed::units(
         &cx,
         &visible,

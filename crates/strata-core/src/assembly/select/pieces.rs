@@ -175,19 +175,22 @@ pub(super) fn split<'v>(
             _ => cx.notes,
         };
         let mut shown = render(m, mode, notes, in_place, cx);
-        let mine = message_pieces(&cut(&shown), &shown.messages, &facts);
+        let mut written = None;
         if mode != Rendering::Current {
-            let written = render(m, Rendering::Current, &as_written, in_place, cx);
-            shown.written_tokens = written.tokens;
+            let whole = render(m, Rendering::Current, &as_written, in_place, cx);
+            // A shorter form that is not shorter is no saving: the message goes as written.
+            if whole.tokens <= shown.tokens {
+                shown = whole;
+            } else {
+                written = Some(whole);
+            }
+        }
+        let mine = message_pieces(&cut(&shown), &shown.messages, &facts);
+        if let Some(written) = written {
             let twins = message_pieces(&cut(&written), &written.messages, &facts);
+            pieces.extend(twins_of(&mine, twins));
+            shown.written_tokens = written.tokens;
             shown.written = Some(written.messages);
-            pieces.extend(mine.iter().zip(twins).filter_map(|(short, mut twin)| {
-                (twin.text != short.text).then(|| {
-                    twin.as_written = true;
-                    twin.protected = false;
-                    twin
-                })
-            }));
         }
         pieces.extend(mine);
         rendered.push(shown);
@@ -197,6 +200,18 @@ pub(super) fn split<'v>(
         rendered,
         pieces,
     }
+}
+
+/// The parts of `written` that differ from their shorter form in `short`, marked as its twins:
+/// candidates never protected, bought back with room to spare.
+fn twins_of(short: &[Piece], written: Vec<Piece>) -> impl Iterator<Item = Piece> + '_ {
+    short.iter().zip(written).filter_map(|(short, mut twin)| {
+        (twin.text != short.text).then(|| {
+            twin.as_written = true;
+            twin.protected = false;
+            twin
+        })
+    })
 }
 
 /// Message `m` rendered in `mode`, with the raw bytes of `in_place` outputs where their
