@@ -1090,3 +1090,24 @@ fn a_set_target_buys_back_what_a_finished_turn_sends_shorter() {
         "aimed at {half}, sent {tokens}"
     );
 }
+
+#[test]
+fn a_set_target_spends_its_room_on_the_range_a_compaction_summarises() {
+    let mut snapshot = session(20, AgentState::default());
+    compacted_inside_the_turn(&mut snapshot, 15);
+    let transcript = select(&snapshot, BASELINE_TRANSCRIPT, None);
+    let summarised = "call-5";
+    // The default: the summary stands in for its range.
+    let default = select(&snapshot, POLICY_VERSION_SELECT, None);
+    assert!(text_of(&default).contains("cmp_inside"));
+    assert!(result_of(&default, summarised).is_none());
+    // A target with room for the whole history: the range goes as written, and the summary,
+    // which restates it, does not go beside it.
+    let roomy = select(&snapshot, POLICY_VERSION_SELECT, Some(200_000));
+    assert!(result_of(&roomy, summarised).is_some());
+    assert!(!text_of(&roomy).contains("cmp_inside"));
+    assert!(roomy.assembly.context_tokens <= transcript.assembly.context_tokens);
+    // A target short of it: the summary goes beside what the room buys.
+    let tight = select(&snapshot, POLICY_VERSION_SELECT, Some(3_000));
+    assert!(text_of(&tight).contains("cmp_inside"));
+}

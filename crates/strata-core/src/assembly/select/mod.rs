@@ -75,11 +75,15 @@ pub(super) fn assemble(
     let spend = valuation == Valuation::Evidence && request.target_tokens.is_some();
     // A compaction's summary stands in for the messages before its first kept event, as the
     // compactor decided (they stay on the log, and rehydration brings a result back).
+    let mut summary_when_cut = None;
     let mut compaction = match valuation {
         Valuation::Evidence if spend => {
             let mut summarised = candidates::compacted(&cx, &visible, &mut Vec::new());
             summarised.live = visible.iter().collect();
             summarised.calls.clear();
+            // With its range a candidate, the summary restates what a history sent as written
+            // says: it goes only beside a cut.
+            summary_when_cut = summarised.summary.take();
             summarised
         }
         Valuation::Evidence => candidates::compacted(&cx, &visible, &mut omitted),
@@ -113,6 +117,8 @@ pub(super) fn assemble(
     );
     let mut units = fixed.always;
     units.extend(raw);
+    let mut when_cut = fixed.when_cut;
+    when_cut.extend(summary_when_cut);
     let history = pieces::split(&cx, &compaction.live, &in_place, &asked, valuation);
     let emitted = |choice: choose::Choice, why: &str| emit::units(&cx, &history, &choice, why);
     let (history_units, history_omitted) = match valuation {
@@ -131,7 +137,7 @@ pub(super) fn assemble(
                 budget,
                 spend: spend && (history.has_shortened() || compaction.applied),
             };
-            by_evidence(&cx, &history, &mut units, fixed.when_cut, &mut omitted, aim)
+            by_evidence(&cx, &history, &mut units, when_cut, &mut omitted, aim)
         }
     };
     omitted.extend(history_omitted);
