@@ -539,7 +539,8 @@ pub struct Segment {
     pub tier: Tier,
     pub reason: String,
     pub source_event_ids: Vec<String>,
-    /// `verbatim`, `preview` or `digest`.
+    /// How its content is sent: `verbatim`, `lines`, `placeholder`, `aged`, `digest`,
+    /// `summary`, `memory` or `raw` (the enum of `docs/openapi.yaml`).
     pub rendering: String,
     pub tokens: u64,
 }
