@@ -57,6 +57,8 @@ pub(super) fn assemble(
     valuation: Valuation,
     tokens: &dyn TokenCounter,
 ) -> Assembled {
+    // The cut messages of a second aim are mostly those of the first: counted once.
+    let tokens = &Memo::new(tokens);
     let (budget, _) = budget::budget_and_policy(snapshot, request, policy);
     let (gate, visible, notes, mut omitted) = gates::admitted(snapshot, request, tokens);
     let mut rehydrations = rehydration::rehydration_plan_with_policy(snapshot, request, policy);
@@ -227,6 +229,45 @@ fn aim_at(
 
 /// How far off its target a context may land before its lines are chosen again.
 const AIM_TOLERANCE: f64 = 0.03;
+
+/// A token counter that remembers the counts of one assembly's longer texts.
+struct Memo<'t> {
+    inner: &'t dyn TokenCounter,
+    counts: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+}
+
+impl<'t> Memo<'t> {
+    fn new(inner: &'t dyn TokenCounter) -> Self {
+        Self {
+            inner,
+            counts: Default::default(),
+        }
+    }
+}
+
+/// Texts shorter than this are counted again: remembering them costs about as much.
+const MEMO_MIN_CHARS: usize = 256;
+
+impl TokenCounter for Memo<'_> {
+    fn count(&self, text: &str) -> u64 {
+        if text.len() < MEMO_MIN_CHARS {
+            return self.inner.count(text);
+        }
+        let known = self.counts.lock().ok().and_then(|c| c.get(text).copied());
+        if let Some(n) = known {
+            return n;
+        }
+        let n = self.inner.count(text);
+        if let Ok(mut counts) = self.counts.lock() {
+            counts.insert(text.to_owned(), n);
+        }
+        n
+    }
+
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+}
 
 /// Tokens of `units` with the tool schemas and the reply's priming.
 fn overhead(snapshot: &Snapshot, units: &[Unit]) -> u64 {
