@@ -25,7 +25,7 @@ use super::gates;
 use super::selection::Selected;
 use super::{
     budget, record, rehydration, Assembled, AssemblyPolicy, AssemblyRequest, Omission, Snapshot,
-    Unit,
+    TimelineMessage, Unit,
 };
 use crate::tokens::{TokenCounter, REPLY_PRIMING_TOKENS};
 
@@ -75,27 +75,8 @@ pub(super) fn assemble(
     // turn's payloads, the range a compaction summarises) is bought back with what the rest
     // leaves. Without one the context is the smallest sufficient.
     let spend = valuation == Valuation::Evidence && request.target_tokens.is_some();
-    // A compaction's summary stands in for the messages before its first kept event, as the
-    // compactor decided (they stay on the log, and rehydration brings a result back).
-    let mut summary_when_cut = None;
-    let mut compaction = match valuation {
-        Valuation::Evidence if spend => {
-            let mut summarised = candidates::compacted(&cx, &visible, &mut Vec::new());
-            summarised.live = visible.iter().collect();
-            summarised.calls.clear();
-            // With its range a candidate, the summary restates what a history sent as written
-            // says: it goes only beside a cut.
-            summary_when_cut = summarised.summary.take();
-            summarised
-        }
-        Valuation::Evidence => candidates::compacted(&cx, &visible, &mut omitted),
-        _ => candidates::Compacted {
-            applied: false,
-            live: visible.iter().collect(),
-            calls: Default::default(),
-            summary: None,
-        },
-    };
+    let (mut compaction, summary_when_cut) =
+        compaction_under(&cx, &visible, valuation, spend, &mut omitted);
     let asked = match valuation {
         Valuation::Evidence => rehydration::asked_inline(&visible, &mut rehydrations),
         _ => Default::default(),
@@ -150,6 +131,39 @@ pub(super) fn assemble(
     };
     rehydration::refuse_unselected(&visible, &selected.units, &mut rehydrations);
     record::finish(&cx, budget, selected, omitted, rehydrations)
+}
+
+/// What a compaction does under `valuation`: its summary stands in for the messages before its
+/// first kept event, as the compactor decided (they stay on the log, and rehydration brings a
+/// result back). When a set target is room to `spend`, the range is a candidate instead and the
+/// summary, which restates it, is returned to go only beside a cut. The baselines see every
+/// message.
+fn compaction_under<'v>(
+    cx: &Cx<'_>,
+    visible: &'v [TimelineMessage],
+    valuation: Valuation,
+    spend: bool,
+    omitted: &mut Vec<Omission>,
+) -> (candidates::Compacted<'v>, Option<Unit>) {
+    match valuation {
+        Valuation::Evidence if spend => {
+            let mut summarised = candidates::compacted(cx, visible, &mut Vec::new());
+            summarised.live = visible.iter().collect();
+            summarised.calls.clear();
+            let summary = summarised.summary.take();
+            (summarised, summary)
+        }
+        Valuation::Evidence => (candidates::compacted(cx, visible, omitted), None),
+        _ => {
+            let every = candidates::Compacted {
+                applied: false,
+                live: visible.iter().collect(),
+                calls: Default::default(),
+                summary: None,
+            };
+            (every, None)
+        }
+    }
 }
 
 /// What the default valuation aims at.
