@@ -83,7 +83,8 @@ const FOCUS_STEPS: u32 = 2;
 const NAME_DECAY: f64 = 0.85;
 /// The part of a name's weight that does not decay: an old name is still a name.
 const NAME_FLOOR: f64 = 0.25;
-/// The model's own words and calls: what it refers back to most.
+/// The model's own words and calls before the session says otherwise: what it refers
+/// back to most.
 const OWN_WORDS_WEIGHT: f64 = 3.0;
 /// A result on a file the agent modified: the next edit quotes its lines.
 const IN_PLAY_WEIGHT: f64 = 2.0;
@@ -212,9 +213,12 @@ impl Ord for Candidate {
 }
 
 /// What a name is worth to the next action: by how recently the history used it (steps since
-/// it last did, decaying to a floor), double when the newest steps' words and calls use it.
+/// it last did, decaying to a floor), double when the newest steps' words and calls use it; and
+/// what a line's source is worth in this session.
 struct Weights {
     of: TermMap<f64>,
+    /// What each source of a line is worth, learned from this session ([`Sources`]).
+    sources: [f64; SOURCES],
 }
 
 impl Weights {
@@ -240,7 +244,10 @@ impl Weights {
                 (t, recency * focus)
             })
             .collect();
-        Self { of }
+        Self {
+            of,
+            sources: Sources::learned(history),
+        }
     }
 
     /// The value of line `li` of `p`, given the names already covered.
@@ -251,7 +258,7 @@ impl Weights {
             .filter(|(t, _)| !covered.contains(t))
             .map(|&(t, shape)| shape * self.weight(t))
             .sum();
-        value * piece_factor(p)
+        value * piece_factor(p, &self.sources)
     }
 
     fn weight(&self, t: Term) -> f64 {
@@ -259,16 +266,71 @@ impl Weights {
     }
 }
 
-/// The model's own words count more, and a result on a file in play, a part as written less
-/// than the shorter form it goes in; of two copies the newer one wins.
-fn piece_factor(p: &Piece) -> f64 {
-    let own = match p.part {
-        Part::Words | Part::Arguments(_) => OWN_WORDS_WEIGHT,
-        Part::Output(_) if p.in_play => IN_PLAY_WEIGHT,
-        Part::Said | Part::Output(_) => 1.0,
-    };
+/// A line's source as this session values it, a result on a file in play more, a part as
+/// written less than the shorter form it goes in; of two copies the newer one wins.
+fn piece_factor(p: &Piece, sources: &[f64; SOURCES]) -> f64 {
+    let own = sources[source(p)] * if p.in_play { IN_PLAY_WEIGHT } else { 1.0 };
     let written = if p.as_written { AS_WRITTEN_WEIGHT } else { 1.0 };
     own * written * (1.0 + 0.5 * 0.8f64.powi(p.age.min(400) as i32))
+}
+
+/// The sources of a line: what was said, the model's words, its calls' arguments, results.
+const SOURCES: usize = 4;
+
+fn source(p: &Piece) -> usize {
+    match p.part {
+        Part::Said => 0,
+        Part::Words => 1,
+        Part::Arguments(_) => 2,
+        Part::Output(_) => 3,
+    }
+}
+
+/// What each source is worth before the session says otherwise: the model's own words and calls
+/// are what it refers back to most.
+const PRIOR: [f64; SOURCES] = [1.0, OWN_WORDS_WEIGHT, OWN_WORDS_WEIGHT, 1.0];
+
+/// Tokens of a source the prior counts as, against what the session shows of it.
+const PRIOR_TOKENS: f64 = 300.0;
+
+/// How often this session's own steps reused names, by where they last saw them: a harness
+/// whose agent quotes its own plan weighs its words, one that acts on what its tools return
+/// weighs the results.
+struct Sources;
+
+impl Sources {
+    /// Each source's worth: the names the model's words and calls took from it per token of
+    /// it, against the session's rate over every source, smoothed toward [`PRIOR`].
+    fn learned(history: &History<'_>) -> [f64; SOURCES] {
+        let mut last_seen: TermMap<usize> = TermMap::default();
+        let mut reused = [0.0; SOURCES];
+        let mut tokens = [0.0; SOURCES];
+        for p in history.pieces.iter().filter(|p| !p.as_written) {
+            let from = source(p);
+            let refers = matches!(p.part, Part::Words | Part::Arguments(_));
+            tokens[from] += p.lines.iter().map(|l| l.tokens).sum::<f64>();
+            if refers {
+                for &(t, shape) in p.lines.iter().flat_map(|l| l.terms.iter()) {
+                    if let Some(&was) = last_seen.get(&t) {
+                        reused[was] += shape;
+                    }
+                }
+            }
+            for &(t, _) in p.lines.iter().flat_map(|l| l.terms.iter()) {
+                last_seen.insert(t, from);
+            }
+        }
+        let rate = reused.iter().sum::<f64>() / tokens.iter().sum::<f64>().max(1.0);
+        if rate <= 0.0 {
+            return PRIOR;
+        }
+        let mut worth = [0.0; SOURCES];
+        for c in 0..SOURCES {
+            let prior = PRIOR[c] * rate;
+            worth[c] = (reused[c] + PRIOR_TOKENS * prior) / (tokens[c] + PRIOR_TOKENS) / rate;
+        }
+        worth
+    }
 }
 
 /// Room left once no line adds a name goes to the newest lines not yet chosen, as masking
