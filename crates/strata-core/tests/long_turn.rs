@@ -493,6 +493,19 @@ fn a_subagents_report_rehydrated_whole_in_its_step_is_not_sent_again_beside_it()
         .iter()
         .any(|s| s.kind == "subagent_result"));
     assert_eq!(text_of(&unread).matches("finding 119:").count(), 1);
+    // A call whose output the privacy gate withholds keeps its safe summary: the report goes
+    // beside it.
+    let newest = snapshot.messages.last_mut().unwrap();
+    newest.tool_calls[0].privacy_class = Some(strata_core::payload::PrivacyClass::Restricted);
+    let withheld = at(&snapshot, false);
+    assert_ne!(result_of(&withheld, "call-task"), Some(report.as_str()));
+    assert!(withheld
+        .assembly
+        .included
+        .iter()
+        .any(|s| s.kind == "subagent_result"));
+    let newest = snapshot.messages.last_mut().unwrap();
+    newest.tool_calls[0].privacy_class = None;
     // A preview that does not open the report is another output: the report goes beside it.
     let newest = snapshot.messages.last_mut().unwrap();
     newest.tool_calls[0].output_preview = Some("a different output".into());

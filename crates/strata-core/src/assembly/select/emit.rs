@@ -197,18 +197,16 @@ impl<'a> Shown<'a> {
     /// The text sent: the twin whole when all of it is chosen; else the shorter form with the
     /// twin's chosen lines after it (without its placeholder when none of its own is chosen).
     fn text(&self) -> Option<String> {
-        let short = self.short.map(|(p, keep)| shown_text(p, keep));
         let Some((twin, keep)) = self.written else {
-            return short;
+            return self.short.map(|(p, keep)| shown_text(p, keep));
         };
         let lines = shown_text(twin, keep);
         let short = self
             .short
-            .filter(|(_, keep)| keep.iter().any(|&k| k))
-            .map(|(p, keep)| shown_text(p, keep));
+            .filter(|(_, own)| own.iter().any(|&k| k) && !keep.iter().all(|&k| k));
         Some(match short {
-            Some(short) if !keep.iter().all(|&k| k) => format!("{short}\n{lines}"),
-            _ => lines,
+            Some((p, own)) => format!("{}\n{lines}", shown_text(p, own)),
+            None => lines,
         })
     }
 

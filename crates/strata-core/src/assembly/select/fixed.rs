@@ -10,8 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::candidates::{self, Compacted, Cx};
 use super::super::state::{render_facts, render_state, subagent_unit};
 use super::super::{
-    memories, BundleMessage, Omission, OmissionReason, Snapshot, Tier, TimelineMessage, ToolPair,
-    Unit,
+    memories, BundleMessage, Omission, OmissionReason, Tier, TimelineMessage, ToolPair, Unit,
 };
 use super::Valuation;
 use crate::projection::{AgentState, Sourced};
@@ -186,9 +185,11 @@ fn subagent_reports(
 }
 
 /// Finished subagents' reports whose call's stored output is in the history by its preview: the
-/// report goes in place of the preview, as the transcript has it, and not again beside it.
+/// report goes in place of the preview, as the transcript has it, and not again beside it. A
+/// call whose output the privacy gate withholds keeps its safe summary, and the report goes
+/// beside it as before.
 pub(super) fn reports_in_their_steps<'s>(
-    snapshot: &'s Snapshot,
+    cx: &Cx<'s>,
     live: &[&TimelineMessage],
     in_place: &BTreeMap<String, &str>,
 ) -> Vec<(String, &'s str)> {
@@ -196,9 +197,10 @@ pub(super) fn reports_in_their_steps<'s>(
         live.iter()
             .flat_map(|m| m.tool_calls.iter())
             .filter(|c| c.output.is_none() && !in_place.contains_key(&c.tool_call_id))
+            .filter(|c| !cx.gate.withholds(c.privacy_class))
     };
     let mut found = Vec::new();
-    for child in snapshot.state.subagents.iter().filter(|c| c.released()) {
+    for child in cx.snapshot.state.subagents.iter().filter(|c| c.released()) {
         let Some(report) = child.report.as_deref().map(str::trim) else {
             continue;
         };

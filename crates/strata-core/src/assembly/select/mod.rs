@@ -85,7 +85,7 @@ pub(super) fn assemble(
     let mut in_place = rehydration::in_place(request, &mut rehydrations);
     if valuation == Valuation::Evidence {
         in_place.extend(fixed::reports_in_their_steps(
-            snapshot,
+            &cx,
             &compaction.live,
             &in_place,
         ));
