@@ -3,6 +3,11 @@
 /// Counts tokens of text. Behind a trait so a provider-specific tokenizer can be plugged in.
 pub trait TokenCounter: Send + Sync {
     fn count(&self, text: &str) -> u64;
+    /// Tokens of one line of a longer text. The same as [`TokenCounter::count`]; a counter that
+    /// remembers lines makes [`count_by_lines`] cheap for texts cut from lines it has seen.
+    fn count_line(&self, line: &str) -> u64 {
+        self.count(line)
+    }
     /// Name of the encoding, recorded in every assembly.
     fn name(&self) -> &'static str;
 }
@@ -22,6 +27,38 @@ impl TokenCounter for O200k {
     fn name(&self) -> &'static str {
         "o200k_base"
     }
+}
+
+/// Tokens of `text` as the sum of its lines' tokens, a line ending after a newline or after a
+/// newline escaped in JSON (`\\n`, so that a call's arguments count by their lines too). A
+/// tokenizer's pre-tokenization splits at line ends, so this is [`TokenCounter::count`] or a
+/// little over (a run of blank lines, a word after an escape, counted apart). The assembler
+/// counts a message it cuts by lines this way: the lines it keeps are not tokenized again at
+/// every call.
+pub fn count_by_lines(text: &str, counter: &dyn TokenCounter) -> u64 {
+    lines_and_escaped_lines(text)
+        .map(|l| counter.count_line(l))
+        .sum()
+}
+
+fn lines_and_escaped_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let bytes = rest.as_bytes();
+        let end = (0..bytes.len())
+            .find_map(|i| match bytes[i] {
+                b'\n' => Some(i + 1),
+                b'\\' if bytes.get(i + 1) == Some(&b'n') => Some(i + 2),
+                _ => None,
+            })
+            .unwrap_or(bytes.len());
+        let (line, after) = rest.split_at(end);
+        rest = after;
+        Some(line)
+    })
 }
 
 /// Per-message framing overhead of chat formats (role markers), as OpenAI documents it.
@@ -61,6 +98,7 @@ mod tests {
 pub struct CachedCounter<C> {
     inner: C,
     cache: std::sync::Mutex<std::collections::HashMap<[u8; 32], u64>>,
+    lines: std::sync::Mutex<std::collections::HashMap<u64, u32>>,
     capacity: usize,
 }
 
@@ -70,6 +108,7 @@ impl<C: TokenCounter> CachedCounter<C> {
         Self {
             inner,
             cache: std::sync::Mutex::new(std::collections::HashMap::new()),
+            lines: std::sync::Mutex::new(std::collections::HashMap::new()),
             capacity,
         }
     }
@@ -99,9 +138,41 @@ impl<C: TokenCounter> TokenCounter for CachedCounter<C> {
         n
     }
 
+    /// Lines are many and short: remembered under a 64-bit hash of their text (a collision
+    /// misstates one line's count, it exposes nothing), each line length of them.
+    fn count_line(&self, line: &str) -> u64 {
+        if line.len() < LINE_CACHE_MIN_LEN {
+            return self.inner.count(line);
+        }
+        let key = line_key(line);
+        let hit = self.lines.lock().ok().and_then(|c| c.get(&key).copied());
+        if let Some(n) = hit {
+            return u64::from(n);
+        }
+        let n = self.inner.count(line);
+        if let Ok(mut lines) = self.lines.lock() {
+            if lines.len() >= self.capacity {
+                lines.clear();
+            }
+            lines.insert(key, u32::try_from(n).unwrap_or(u32::MAX));
+        }
+        n
+    }
+
     fn name(&self) -> &'static str {
         self.inner.name()
     }
+}
+
+/// Lines shorter than this are counted directly: a word or two.
+const LINE_CACHE_MIN_LEN: usize = 8;
+
+/// A hash of a line, unseeded: a count never depends on which process made it.
+fn line_key(line: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    line.hash(&mut h);
+    h.finish()
 }
 
 #[cfg(test)]
@@ -123,5 +194,35 @@ mod cache_tests {
                 assert_eq!(cached.count(t), O200k.count(t));
             }
         }
+    }
+
+    #[test]
+    fn counting_by_lines_is_the_same_with_and_without_the_cache_and_close_to_the_whole() {
+        let cached = CachedCounter::new(O200k, 3);
+        let text =
+            "fn main() {\n    println!(\"hello\");\n}\n\n\nerror[E0425]: cannot find value `x`\n";
+        for _ in 0..3 {
+            assert_eq!(count_by_lines(text, &cached), count_by_lines(text, &O200k));
+        }
+        let whole = O200k.count(text);
+        let by_lines = count_by_lines(text, &O200k);
+        assert!(
+            by_lines >= whole && by_lines <= whole + 2,
+            "{by_lines} against {whole}"
+        );
+    }
+
+    #[test]
+    fn json_arguments_count_by_their_escaped_lines() {
+        let args = r#"{"path":"src/lib.rs","content":"fn a() {}\nfn b() {}\n\\n literal"}"#;
+        let lines: Vec<&str> = lines_and_escaped_lines(args).collect();
+        assert_eq!(lines.concat(), args);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        let whole = O200k.count(args);
+        let by_lines = count_by_lines(args, &O200k);
+        assert!(
+            by_lines >= whole && by_lines <= whole + 4,
+            "{by_lines} against {whole}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use super::super::candidates::Cx;
 use super::super::{BundleMessage, Omission, OmissionReason, Tier, Unit};
 use super::choose::Choice;
 use super::pieces::{History, Part, Piece};
-use crate::tokens::{message_tokens, tool_call_tokens};
+use crate::tokens::{count_by_lines, message_tokens, tool_call_tokens, MESSAGE_OVERHEAD_TOKENS};
 
 /// The units of the history under `choice`, and what it left out.
 pub(super) fn units(
@@ -129,13 +129,18 @@ fn cut_messages(
             BundleMessage::Assistant { text, tool_calls } => {
                 let mut calls = tool_calls.clone();
                 for (k, c) in calls.iter_mut().enumerate() {
-                    if let Some(args) = shown(Part::Arguments(k)).arguments() {
-                        c.arguments = args;
-                    }
-                    tokens += tool_call_tokens(&c.name, &c.arguments, cx.tokens);
+                    tokens += match shown(Part::Arguments(k)).arguments() {
+                        Some(args) => {
+                            c.arguments = args;
+                            cx.tokens.count_line(&c.name)
+                                + count_by_lines(&c.arguments, cx.tokens)
+                                + MESSAGE_OVERHEAD_TOKENS
+                        }
+                        None => tool_call_tokens(&c.name, &c.arguments, cx.tokens),
+                    };
                 }
-                let text = shown(Part::Words).text().unwrap_or_else(|| text.clone());
-                tokens += message_tokens(&text, cx.tokens);
+                let (text, t) = cut_text(cx, shown(Part::Words), text);
+                tokens += t;
                 BundleMessage::Assistant {
                     text,
                     tool_calls: calls,
@@ -146,11 +151,9 @@ fn cut_messages(
                 content,
                 is_error,
             } => {
-                let content = shown(Part::Output(outputs))
-                    .text()
-                    .unwrap_or_else(|| content.clone());
+                let (content, t) = cut_text(cx, shown(Part::Output(outputs)), content);
                 outputs += 1;
-                tokens += message_tokens(&content, cx.tokens);
+                tokens += t;
                 BundleMessage::Tool {
                     tool_call_id: tool_call_id.clone(),
                     content,
@@ -158,8 +161,8 @@ fn cut_messages(
                 }
             }
             BundleMessage::User { text } => {
-                let text = shown(Part::Said).text().unwrap_or_else(|| text.clone());
-                tokens += message_tokens(&text, cx.tokens);
+                let (text, t) = cut_text(cx, shown(Part::Said), text);
+                tokens += t;
                 BundleMessage::User { text }
             }
             other => {
@@ -170,6 +173,18 @@ fn cut_messages(
         out.push(cut);
     }
     (out, tokens)
+}
+
+/// A message's text as `shown`, or `text` when nothing of it is chosen apart, with its tokens.
+/// A cut text is counted by its lines: the lines it keeps were counted at earlier calls.
+fn cut_text(cx: &Cx<'_>, shown: Shown<'_>, text: &str) -> (String, u64) {
+    match shown.text() {
+        Some(cut) => {
+            let tokens = count_by_lines(&cut, cx.tokens) + MESSAGE_OVERHEAD_TOKENS;
+            (cut, tokens)
+        }
+        None => (text.to_owned(), message_tokens(text, cx.tokens)),
+    }
 }
 
 /// One part of a message as chosen: its shown form and, where a completed turn shortens it,

@@ -278,6 +278,10 @@ impl TokenCounter for Memo<'_> {
         n
     }
 
+    fn count_line(&self, line: &str) -> u64 {
+        self.inner.count_line(line)
+    }
+
     fn name(&self) -> &'static str {
         self.inner.name()
     }
