@@ -40,13 +40,13 @@ pub(super) fn units(
         always.extend(compaction.summary.take());
         always.extend(published_state(cx, &compaction.live));
         always.extend(subagent_reports(cx, &compaction.live, in_place, omitted));
-        // The unresolved errors: a whole history shows them, unless one's call is not in it
-        // (not on the log, or before the window).
+        // The unresolved errors: the history shows them, whole however it is cut (their results
+        // are protected), unless one's call is not in it (not on the log, or before the window).
         let recovery = candidates::recovery_unit(cx);
         if errors_outside(cx, &compaction.live) {
             always.extend(recovery);
         } else {
-            when_cut.extend(recovery);
+            omitted.extend(recovery.map(restated));
         }
         // What other sessions remember no message of this one says: it goes even with a
         // whole history.

@@ -151,7 +151,12 @@ pub(super) fn split<'v>(
     let mut rendered = Vec::with_capacity(live.len());
     let mut pieces = Vec::new();
     for (i, m) in live.iter().enumerate() {
-        let mode = if i < current_turn && bulky_or_outdated(m, cx) {
+        // A message with an unresolved error goes as written: the error keeps its text.
+        let failed = m
+            .tool_calls
+            .iter()
+            .any(|c| unresolved.contains(c.tool_call_id.as_str()));
+        let mode = if i < current_turn && !failed && bulky_or_outdated(m, cx) {
             Rendering::Recent
         } else {
             Rendering::Current
