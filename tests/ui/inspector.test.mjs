@@ -379,6 +379,19 @@ test("a session's evaluation charts every call point against the baselines, unde
   assert.ok(points >= 3, `${points} call points`);
   await page.locator("#eval").screenshot({ path: join(shots, "eval.png") });
 
+  // The cost/recall curve: the policy at each size beside truncation at the same sizes and the
+  // masking baseline's point, scored in the same runs.
+  await page.click("#eval-curve-draw");
+  await page.locator("#eval-curve-chart").waitFor();
+  const sizes = await page.locator("#eval-curve-chart circle[data-side=strata]").count();
+  assert.ok(sizes >= 2, `${sizes} sizes on the curve`);
+  assert.equal(await page.locator("#eval-curve-chart path[data-side=strata]").count(), 1);
+  assert.equal(await page.locator("#eval-curve-chart circle[data-side=last_n]").count(), 1);
+  assert.equal(await page.locator("#eval-curve-chart circle[data-side=truncated]").count(), sizes);
+  const tip = await page.locator("#eval-curve-chart circle[data-side=strata] title").first().textContent();
+  assert.match(tip, /at \d+ tokens: -?\d+\.\d% fewer tokens, \d+\.\d% of the evidence/, tip);
+  await page.locator("#eval").screenshot({ path: join(shots, "eval-curve.png") });
+
   // The same points under an older policy: the yardstick of a change before it ships.
   await page.selectOption("#eval-policy", "strata.assembly/3");
   await page.click("#evaluate");

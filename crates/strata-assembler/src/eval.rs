@@ -43,6 +43,44 @@ pub struct EvalQuery {
     /// assembly there, for a comparison of two policies segment by segment.
     #[serde(default)]
     pub point: Option<String>,
+    /// The cost/recall curve: the session evaluated again aiming every point at each of these
+    /// sizes (comma-separated token counts), the totals of each run in `curve`.
+    #[serde(default)]
+    pub targets: Option<String>,
+}
+
+/// Most targets of one curve: each is another evaluation of the session.
+pub const CURVE_TARGETS_MAX: usize = 8;
+
+/// The sizes of `targets=`, ascending, or what is wrong with them.
+fn curve_targets(targets: &str) -> Result<Vec<u64>, ApiError> {
+    let mut sizes = Vec::new();
+    for (i, part) in targets.split(',').enumerate() {
+        let size: u64 = part.trim().parse().map_err(|_| {
+            ApiError::bad_request(format!(
+                "targets: item {} ({part:?}) is not a token count; expected sizes such as \
+                 `targets=4000,8000,16000`",
+                i + 1
+            ))
+        })?;
+        if size == 0 {
+            return Err(ApiError::bad_request(format!(
+                "targets: item {} is 0; a context of no tokens has no curve point",
+                i + 1
+            )));
+        }
+        sizes.push(size);
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    if sizes.len() > CURVE_TARGETS_MAX {
+        return Err(ApiError::bad_request(format!(
+            "targets: {} sizes, at most {CURVE_TARGETS_MAX} (each is another evaluation of the \
+             session)",
+            sizes.len()
+        )));
+    }
+    Ok(sizes)
 }
 
 impl Assembler {
@@ -53,6 +91,7 @@ impl Assembler {
         session: &str,
         query: &EvalQuery,
     ) -> Result<Value, ApiError> {
+        let targets = query.targets.as_deref().map(curve_targets).transpose()?;
         let policy = match query.policy.as_deref() {
             None | Some("recorded") => None,
             Some(version) => Some(
@@ -98,17 +137,23 @@ impl Assembler {
             ..EvalOptions::default()
         };
         let last_n = options.last_n;
-        let blobs = &self.backends().blobs;
-        let mut evaluator = Evaluator::new(options, Some(blobs))
-            .await
-            .map_err(|e| ApiError::internal(&e))?;
-        evaluator
-            .session("session", events)
-            .await
-            .map_err(|e| ApiError::internal(&e))?;
-        let mut report = evaluator.finish();
+        let mut curve = Vec::new();
+        for &target in targets.iter().flatten() {
+            let options = EvalOptions {
+                target_tokens: Some(target),
+                keep_points: false,
+                assembly_at: None,
+                ..options.clone()
+            };
+            let report = self.evaluate_once(options, events.clone()).await?;
+            curve.push(json!({ "target_tokens": target, "totals": report.totals }));
+        }
+        let mut report = self.evaluate_once(options, events).await?;
         let assembly = report.assembly.take();
         let mut answer = answer(session, last_n, report);
+        if targets.is_some() {
+            answer["curve"] = Value::Array(curve);
+        }
         if let Some(point) = &query.point {
             let record = assembly.ok_or_else(|| {
                 ApiError::not_found(format!(
@@ -120,6 +165,25 @@ impl Assembler {
                 serde_json::to_value(record).map_err(|e| ApiError::internal(&e))?;
         }
         Ok(answer)
+    }
+}
+
+impl Assembler {
+    /// One evaluation of a session's events in a scratch set.
+    async fn evaluate_once(
+        &self,
+        options: EvalOptions,
+        events: Vec<strata_core::Event>,
+    ) -> Result<strata_replay::EvalReport, ApiError> {
+        let blobs = &self.backends().blobs;
+        let mut evaluator = Evaluator::new(options, Some(blobs))
+            .await
+            .map_err(|e| ApiError::internal(&e))?;
+        evaluator
+            .session("session", events)
+            .await
+            .map_err(|e| ApiError::internal(&e))?;
+        Ok(evaluator.finish())
     }
 }
 

@@ -592,8 +592,92 @@ function evalReport(report) {
     lineChart("eval-recall", "evidence held per call point", report.points,
       SIDES.filter(([s]) => s !== "transcript"), recall, 100, "%"),
     evalLegend(SIDES),
+    curveSection(report),
     evalPoints(report),
   ];
+}
+
+// ---- the cost/recall curve --------------------------------------------------------------------
+
+// What the curve chart shows, in legend order.
+const CURVE_SIDES = [
+  ["strata", "Strata aimed at each size", "#2f5bd3"],
+  ["own", "Strata, its own sizes", "#8a4fc4"],
+  ["last_n", "last-N observations", "#c48a1b"],
+  ["truncated", "truncation at the same sizes", "#9aa3b2"],
+];
+
+/** Sizes the curve is drawn at: around the policy's mean context per call point. */
+function curveTargets(report) {
+  const mean = report.totals.strata.tokens / Math.max(1, report.totals.points);
+  const sizes = [0.25, 0.5, 1, 2].map((f) => Math.max(100, Math.round((mean * f) / 100) * 100));
+  return [...new Set(sizes)];
+}
+
+/** The policy evaluated again at a few sizes, beside the baselines scored in the same runs. */
+function curveSection(report) {
+  const out = h("div", { id: "eval-curve-out" });
+  const targets = curveTargets(report);
+  const draw = h("button", { id: "eval-curve-draw", type: "button", onclick: async () => {
+    draw.disabled = true;
+    out.replaceChildren(h("p", { class: "muted" }, `evaluating at ${targets.join(", ")} tokens…`));
+    try {
+      const answer = await api(`/v1/sessions/${encodeURIComponent(report.session_id)}/eval?` +
+        `policy=${encodeURIComponent(report.policy)}&targets=${targets.join(",")}`);
+      out.replaceChildren(curveChart(answer), evalLegend(CURVE_SIDES));
+    } catch (error) {
+      out.replaceChildren(h("p", { class: "error", role: "alert" }, String(error.message || error)));
+    } finally {
+      draw.disabled = false;
+    }
+  } }, "Draw the cost/recall curve");
+  return h("div", { id: "eval-curve" }, h("div", { class: "row" }, draw, h("span", { class: "muted" },
+    `the session again at ${targets.join(", ")} tokens per call: is Strata above the baselines at equal size?`)), out);
+}
+
+/** Fewer tokens than transcript replay and evidence held, in percent, of one side's totals. */
+function curvePoint(totals, side) {
+  const fewer = totals.transcript.tokens ? 100 * (1 - totals[side].tokens / totals.transcript.tokens) : 0;
+  const held = totals.evidence ? (100 * totals[side].present) / totals.evidence : 100;
+  return [fewer, held];
+}
+
+function curveChart(answer) {
+  const W = 760, H = 300, L = 56, R = 14, T = 26, B = 34;
+  const runs = answer.curve;
+  const series = {
+    strata: runs.map((r) => curvePoint(r.totals, "strata")),
+    truncated: runs.map((r) => curvePoint(r.totals, "truncated")),
+    own: [curvePoint(answer.totals, "strata")],
+    last_n: [curvePoint(answer.totals, "last_n")],
+  };
+  const all = Object.values(series).flat();
+  const [x0, x1] = [Math.min(...all.map(([x]) => x)), Math.max(...all.map(([x]) => x))];
+  const y0 = Math.max(0, Math.floor(Math.min(...all.map(([, y]) => y)) / 5) * 5 - 5);
+  const span = Math.max(1, x1 - x0);
+  const x = (v) => L + ((v - (x0 - span * 0.05)) * (W - L - R)) / (span * 1.1);
+  const y = (v) => T + (H - T - B) * (1 - (v - y0) / Math.max(1, 100 - y0));
+  const title = `evidence held against tokens saved, ${answer.points.length} call points`;
+  const chart = svg("svg", { id: "eval-curve-chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title, class: "chart" },
+    svg("text", { x: L, y: 12, class: "chart-title" }, title),
+    svg("line", { x1: L, y1: y(y0), x2: W - R, y2: y(y0), stroke: "#d9dee7" }),
+    svg("text", { x: L - 6, y: y(100) + 4, "text-anchor": "end", class: "axis" }, "100%"),
+    svg("text", { x: L - 6, y: y(y0) + 4, "text-anchor": "end", class: "axis" }, `${y0}%`),
+    svg("text", { x: L, y: H - 8, class: "axis" }, `${x0.toFixed(0)}% fewer tokens than the transcript`),
+    svg("text", { x: W - R, y: H - 8, "text-anchor": "end", class: "axis" }, `${x1.toFixed(0)}% fewer`));
+  const label = (side, [fx, fy], extra) => `${side}${extra}: ${fx.toFixed(1)}% fewer tokens, ${fy.toFixed(1)}% of the evidence`;
+  for (const [side, name, colour] of [...CURVE_SIDES].reverse()) {
+    const points = series[side];
+    if (points.length > 1) {
+      const d = points.map(([px, py], n) => `${n ? "L" : "M"}${x(px).toFixed(1)},${y(py).toFixed(1)}`).join(" ");
+      chart.append(svg("path", { d, fill: "none", stroke: colour, "stroke-width": 1.6, "data-side": side },
+        svg("title", {}, name)));
+    }
+    points.forEach((p, i) => chart.append(svg("circle", { cx: x(p[0]).toFixed(1), cy: y(p[1]).toFixed(1),
+      r: side === "strata" || side === "truncated" ? 3.5 : 5, fill: colour, "data-side": side },
+    svg("title", {}, label(name, p, runs[i] && points.length > 1 ? ` at ${runs[i].target_tokens} tokens` : "")))));
+  }
+  return chart;
 }
 
 // ---- one assembly -----------------------------------------------------------------------------

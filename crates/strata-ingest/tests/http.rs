@@ -1526,6 +1526,50 @@ async fn a_session_is_evaluated_per_call_point_against_the_baselines() {
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(bad.to_string().contains("strata.assembly/8"), "{bad}");
+
+    // The cost/recall curve: one run per target, ascending, each with its totals; the smallest
+    // target sends no more tokens than the largest, and no target more than the transcript
+    // (under one smaller than the protected steps, the unresolved error was said twice).
+    let (status, curve) = h
+        .send(
+            "GET",
+            "/v1/sessions/ev/eval?targets=4000,60,400",
+            Some(&h.acme),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{curve}");
+    let runs = curve["curve"].as_array().expect("curve");
+    let sizes: Vec<u64> = runs
+        .iter()
+        .map(|r| r["target_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [60, 400, 4000]);
+    let tokens = |r: &Value| r["totals"]["strata"]["tokens"].as_u64().unwrap();
+    assert!(tokens(&runs[0]) <= tokens(&runs[2]), "{curve}");
+    for run in runs {
+        assert_eq!(run["totals"]["larger_than_transcript"], 0, "{run}");
+    }
+    assert_eq!(runs[2]["totals"]["points"], 2);
+    assert!(runs[0]["totals"]["last_n"]["tokens"].as_u64().unwrap() > 0);
+    assert_eq!(curve["points"].as_array().unwrap().len(), 2);
+    for (query, says) in [
+        ("targets=400,lots", "item 2 (\"lots\") is not a token count"),
+        ("targets=0", "item 1 is 0"),
+        ("targets=1,2,3,4,5,6,7,8,9", "9 sizes, at most 8"),
+    ] {
+        let (status, bad) = h
+            .send(
+                "GET",
+                &format!("/v1/sessions/ev/eval?{query}"),
+                Some(&h.acme),
+                Body::empty(),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {bad}");
+        let message = bad["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{query}: {bad}");
+    }
     let (status, _) = h
         .send(
             "GET",
