@@ -12,7 +12,8 @@
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{is_salient, AssemblyRequest, RehydrationDecision, TimelineMessage, ToolPair};
+use super::forms::is_salient;
+use super::{AssemblyRequest, TimelineMessage, ToolPair};
 use crate::projection::truncate_chars;
 
 /// Outputs up to this many characters are sent whole even when aged: their evidence lines would
@@ -760,15 +761,14 @@ pub(super) struct Aging<'a> {
 }
 
 impl<'a> Aging<'a> {
-    /// Marks working-set rehydrations whose bytes the service could not read as refused.
+    /// `in_place`: the working set's outputs rehydrated in place, raw bytes by call id.
     pub(super) fn new(
         visible: &[TimelineMessage],
         request: &'a AssemblyRequest,
-        rehydrations: &mut [RehydrationDecision],
+        in_place: BTreeMap<String, &'a str>,
     ) -> Self {
         let messages: Vec<&TimelineMessage> = visible.iter().collect();
         let request_text = request.request.as_deref();
-        let in_place = super::rehydration::in_place(request, rehydrations);
         Aging {
             salience: Salience::of(&messages, request_text),
             superseded: superseded(&messages),
@@ -780,11 +780,7 @@ impl<'a> Aging<'a> {
 
     /// The file a result is the newest read of, when it goes as read: in an aged step (a
     /// verbatim step sends it as it sends every result).
-    pub(super) fn file_view_in(
-        &self,
-        c: &ToolPair,
-        mode: super::render::Rendering,
-    ) -> Option<&str> {
+    pub(super) fn file_view_in(&self, c: &ToolPair, mode: super::forms::Rendering) -> Option<&str> {
         mode.is_aged()
             .then(|| self.file_views.get(&c.tool_call_id).map(String::as_str))
             .flatten()

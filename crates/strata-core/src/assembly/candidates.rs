@@ -4,9 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::forms::{data_message, Rendering};
 use super::gates::{CallNotes, Gate};
-use super::render::{data_message, render_message, Rendering};
-use super::selection::restated;
+use super::render::render_message;
 use super::state::{render_facts, render_recovery, render_state, subagent_unit};
 use super::{
     aging, is_step, memories, Aging, AssemblyPolicy, AssemblyRequest, BundleMessage, Omission,
@@ -77,7 +77,7 @@ pub(super) fn collect<'v>(
     for (i, child) in cx.snapshot.state.subagents.iter().enumerate() {
         let (unit, omission) = subagent_unit(child, i as u32, cx.tokens, None);
         if history.reports_verbatim(cx, visible, child.report.as_deref()) {
-            omitted.push(restated(unit));
+            omitted.push(unit.restated());
         } else {
             fixed.push(unit);
         }

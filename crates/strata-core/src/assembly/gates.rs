@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::render::{Rendering, MEMORY_FIRST_MIN_CHARS};
+use super::forms::{Rendering, MEMORY_FIRST_MIN_CHARS};
 use super::{
     AssemblyRequest, Omission, OmissionReason, Provider, Snapshot, Tier, TimelineMessage, ToolPair,
     PEER_ROLE,

@@ -25,6 +25,7 @@ mod aging;
 mod budget;
 mod candidates;
 mod explain;
+mod forms;
 mod gates;
 mod memories;
 mod record;
@@ -37,10 +38,10 @@ mod state;
 use aging::Aging;
 use candidates::Cx;
 pub use explain::{explain, explain_matches, omission_text};
+use forms::data_message;
 use gates::Gate;
 pub use rehydration::{rehydration_plan, rehydration_plan_with_policy};
 pub use render::preview;
-use render::{data_message, is_salient};
 pub use select::{Valuation, DEFAULT_TARGET_TOKENS};
 
 /// Version of the default assembly policy ([`POLICY_VERSION_SELECT`]); every assembly records
@@ -711,6 +712,25 @@ struct Unit {
     order: (u8, u64, u32),
 }
 
+impl Unit {
+    /// The unit as left out for `reason`.
+    fn left_out(self, reason: OmissionReason) -> Omission {
+        Omission {
+            kind: self.kind.to_owned(),
+            tier: self.tier,
+            reason,
+            source_event_ids: self.sources,
+            tokens: self.tokens,
+        }
+    }
+
+    /// The unit as left out because the context says it already, or a whole history leaves
+    /// it out.
+    fn restated(self) -> Omission {
+        self.left_out(OmissionReason::Redundant)
+    }
+}
+
 /// Assembles the context for `snapshot`. Pure and deterministic: the same snapshot and request
 /// give byte-identical payloads.
 pub fn assemble(
@@ -740,9 +760,13 @@ pub fn assemble_with_policy(
     let (budget, policy) = budget::budget_and_policy(snapshot, request, policy);
     let (gate, visible, notes, mut omitted) = gates::admitted(snapshot, request, tokens);
     let mut rehydrations = rehydration_plan_with_policy(snapshot, request, &policy);
-    let aging = policy
-        .aged_steps_after
-        .map(|_| Aging::new(&visible, request, &mut rehydrations));
+    let aging = policy.aged_steps_after.map(|_| {
+        Aging::new(
+            &visible,
+            request,
+            rehydration::in_place(request, &mut rehydrations),
+        )
+    });
     let cx = Cx {
         snapshot,
         request,

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::candidates::Cx;
-use super::render::data_message;
+use super::forms::data_message;
 use super::{
     aging, is_step, AssemblyPolicy, AssemblyRequest, RehydrationDecision, Snapshot, Tier,
     TimelineMessage, ToolPair, Unit, PEER_ROLE,

@@ -30,19 +30,9 @@ impl Budgeted {
             self.selected.push(unit);
             true
         } else {
-            omitted.push(left_out(unit, OmissionReason::Budget));
+            omitted.push(unit.left_out(OmissionReason::Budget));
             false
         }
-    }
-}
-
-fn left_out(u: Unit, reason: OmissionReason) -> Omission {
-    Omission {
-        kind: u.kind.to_owned(),
-        tier: u.tier,
-        reason,
-        source_event_ids: u.sources,
-        tokens: u.tokens,
     }
 }
 
@@ -90,7 +80,7 @@ pub(super) fn select(
             .into_iter()
             .chain(memories_restated)
             .chain(facts_restated)
-            .map(restated),
+            .map(Unit::restated),
     );
     let (p0_steps, other_steps): (Vec<Unit>, Vec<Unit>) =
         current_steps.into_iter().partition(|u| u.tier == Tier::P0);
@@ -141,7 +131,7 @@ fn contiguous(kept: &mut Budgeted, units: impl Iterator<Item = Unit>, omitted: &
     for u in units {
         let is_turn = u.kind != "decisions_and_facts" && u.kind != "memory";
         if is_turn && closed_tiers.contains(&u.tier) {
-            omitted.push(left_out(u, OmissionReason::Budget));
+            omitted.push(u.left_out(OmissionReason::Budget));
             continue;
         }
         let tier = u.tier;
@@ -149,11 +139,6 @@ fn contiguous(kept: &mut Budgeted, units: impl Iterator<Item = Unit>, omitted: &
             closed_tiers.push(tier);
         }
     }
-}
-
-/// A unit left out because the context already says what it says.
-pub(super) fn restated(u: Unit) -> Omission {
-    left_out(u, OmissionReason::Redundant)
 }
 
 /// Removes the recovery block from `selected` when every error it names is in a selected step
@@ -181,6 +166,6 @@ fn drop_restated_recovery(selected: &mut Vec<Unit>, omitted: &mut Vec<Omission>)
     }
     let unit = selected.remove(i);
     let freed = unit.tokens;
-    omitted.push(restated(unit));
+    omitted.push(unit.restated());
     freed
 }

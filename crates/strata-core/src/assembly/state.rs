@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use std::convert::Infallible;
 
+use super::forms::data_message;
 use super::gates::Gate;
-use super::render::data_message;
 
 use super::{BundleMessage, Omission, OmissionReason, Tier, Unit};
 use crate::payload::PrivacyClass;

@@ -22,7 +22,7 @@ pub(super) fn rebuild(args: &Value, keep: &[bool]) -> String {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let kept = &keep[next..next + lines.len()];
         next += lines.len();
-        let mut out = super::emit::kept_lines(lines.iter().copied().zip(kept.iter().copied()));
+        let mut out = super::gaps::kept_lines(lines.iter().copied().zip(kept.iter().copied()));
         if !leaf.ends_with('\n') && out.ends_with('\n') {
             out.pop();
         }

@@ -5,6 +5,7 @@
 use super::super::candidates::Cx;
 use super::super::{BundleMessage, Omission, OmissionReason, Tier, Unit};
 use super::choose::Choice;
+use super::gaps::kept_lines;
 use super::pieces::{History, Part, Piece};
 use crate::tokens::{count_by_lines, message_tokens, tool_call_tokens, MESSAGE_OVERHEAD_TOKENS};
 
@@ -253,33 +254,6 @@ fn shown_text(p: &Piece, keep: &[bool]) -> String {
             .map(|l| &p.text[l.start..l.end])
             .zip(keep.iter().copied()),
     )
-}
-
-/// The kept lines in order, each run of left-out ones marked as a gap.
-pub(super) fn kept_lines<'a>(lines: impl Iterator<Item = (&'a str, bool)>) -> String {
-    let mut out = String::new();
-    let mut gap = 0;
-    for (line, k) in lines {
-        if !k {
-            gap += 1;
-            continue;
-        }
-        push_gap(&mut out, gap);
-        gap = 0;
-        out.push_str(line);
-    }
-    push_gap(&mut out, gap);
-    out
-}
-
-fn push_gap(out: &mut String, gap: usize) {
-    if gap == 0 {
-        return;
-    }
-    if !out.is_empty() && !out.ends_with('\n') {
-        out.push('\n');
-    }
-    out.push_str(&format!("[… {gap} lines …]\n"));
 }
 
 /// What a piece with no line chosen goes as: short, and saying what is missing.

@@ -9,9 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::candidates::{self, Compacted, Cx};
 use super::super::state::{render_facts, render_state, subagent_unit};
-use super::super::{
-    memories, BundleMessage, Omission, OmissionReason, Tier, TimelineMessage, ToolPair, Unit,
-};
+use super::super::{memories, BundleMessage, Omission, Tier, TimelineMessage, ToolPair, Unit};
 use super::Valuation;
 use crate::projection::{AgentState, Sourced};
 use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
@@ -46,7 +44,7 @@ pub(super) fn units(
         if errors_outside(cx, &compaction.live) {
             always.extend(recovery);
         } else {
-            omitted.extend(recovery.map(restated));
+            omitted.extend(recovery.map(Unit::restated));
         }
         // What other sessions remember no message of this one says: it goes even with a
         // whole history.
@@ -69,17 +67,6 @@ fn errors_outside(cx: &Cx<'_>, live: &[&TimelineMessage]) -> bool {
         .errors
         .iter()
         .any(|e| !calls.contains(e.tool_call_id.as_str()))
-}
-
-/// A unit the context already says, or that a whole history leaves out.
-pub(super) fn restated(u: Unit) -> Omission {
-    Omission {
-        kind: u.kind.to_owned(),
-        tier: u.tier,
-        reason: OmissionReason::Redundant,
-        source_event_ids: u.sources,
-        tokens: u.tokens,
-    }
 }
 
 /// The goal, task, plan, criteria, constraints, decisions and facts published as state
@@ -176,7 +163,7 @@ fn subagent_reports(
                 .any(|o| o.contains(r))
         });
         if carried {
-            omitted.push(restated(unit));
+            omitted.push(unit.restated());
         } else {
             units.push(unit);
         }
@@ -242,7 +229,7 @@ fn other_sessions_memories(
     let (own, others): (Vec<Unit>, Vec<Unit>) = offered
         .into_iter()
         .partition(|u| memories::of_this_session(cx.snapshot, u));
-    omitted.extend(own.into_iter().map(restated));
+    omitted.extend(own.into_iter().map(Unit::restated));
     others
 }
 

@@ -17,6 +17,7 @@ mod arguments;
 mod choose;
 mod emit;
 mod fixed;
+mod gaps;
 mod pieces;
 mod terms;
 
@@ -187,7 +188,7 @@ fn by_evidence(
 ) -> (Vec<Unit>, Vec<Omission>) {
     let whole = overhead(cx.snapshot, units) + history.whole_tokens();
     if whole <= aim.target && !aim.spend {
-        omitted.extend(when_cut.into_iter().map(fixed::restated));
+        omitted.extend(when_cut.into_iter().map(Unit::restated));
         let choice = choose::shortened(history);
         return emit::units(cx, history, &choice, "the whole history fits the target");
     }
@@ -212,7 +213,7 @@ fn by_evidence(
     } else {
         return chosen;
     };
-    omitted.extend(units.drain(fixed_count..).map(fixed::restated));
+    omitted.extend(units.drain(fixed_count..).map(Unit::restated));
     emit::units(cx, history, &choice, why)
 }
 

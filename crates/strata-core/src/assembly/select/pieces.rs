@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::aging;
 use super::super::candidates::Cx;
+use super::super::forms::Rendering;
 use super::super::gates::CallNotes;
-use super::super::render::{render_message, Rendering};
+use super::super::render::render_message;
 use super::super::{is_step, BundleMessage, TimelineMessage};
 use super::terms::{terms, Term};
 use super::Valuation;
