@@ -107,7 +107,6 @@ pub(super) fn by_evidence(history: &History<'_>, mut covered: TermSet, room: f64
         let p = &history.pieces[pi];
         weights.value(p, li, covered) / cost(p, li, messages, keep)
     };
-    let mut one_form = OneForm::of(history, &choice.keep);
     let mut heap: BinaryHeap<Candidate> = BinaryHeap::new();
     for (pi, p) in history.pieces.iter().enumerate() {
         for li in (0..p.lines.len()).filter(|_| !p.protected) {
@@ -119,9 +118,6 @@ pub(super) fn by_evidence(history: &History<'_>, mut covered: TermSet, room: f64
     }
     let mut room = room;
     while let Some(top) = heap.pop() {
-        if one_form.closed[top.pi] {
-            continue;
-        }
         let score = score(top.pi, top.li, &covered, &messages, &choice.keep[top.pi]);
         if score <= 0.0 {
             continue;
@@ -139,60 +135,10 @@ pub(super) fn by_evidence(history: &History<'_>, mut covered: TermSet, room: f64
         room -= cost;
         messages.open(piece.message);
         choice.keep[top.pi][top.li] = true;
-        one_form.chose(top.pi);
         covered.extend(line.terms.iter().map(|&(t, _)| t));
     }
-    fill_newest_first(history, &mut choice, &mut messages, &mut one_form, room);
+    fill_newest_first(history, &mut choice, &mut messages, room);
     choice
-}
-
-/// A call's arguments go in one form, JSON not being joinable: once a line of the shorter form
-/// or of its as-written twin is chosen, the other form's lines are no longer candidates (the
-/// twin would replace the shorter form, and the names only it carries would be lost).
-struct OneForm {
-    partner: Vec<Option<usize>>,
-    closed: Vec<bool>,
-}
-
-impl OneForm {
-    fn of(history: &History<'_>, keep: &[Vec<bool>]) -> Self {
-        let n = history.pieces.len();
-        let shorter: std::collections::HashMap<(usize, Part), usize> = history
-            .pieces
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !p.as_written && matches!(p.part, Part::Arguments(_)))
-            .map(|(i, p)| ((p.message, p.part), i))
-            .collect();
-        let mut partner = vec![None; n];
-        for (i, p) in history
-            .pieces
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.as_written)
-        {
-            if let Some(&j) = shorter.get(&(p.message, p.part)) {
-                partner[i] = Some(j);
-                partner[j] = Some(i);
-            }
-        }
-        let mut one_form = Self {
-            partner,
-            closed: vec![false; n],
-        };
-        for (i, chosen) in keep.iter().enumerate() {
-            if chosen.iter().any(|&k| k) {
-                one_form.chose(i);
-            }
-        }
-        one_form
-    }
-
-    fn chose(&mut self, piece: usize) {
-        if let Some(other) = self.partner[piece] {
-            self.closed[other] = true;
-        }
-    }
 }
 
 /// Tokens choosing line `li` of `p` adds: the line, its message's framing when it opens the
@@ -393,7 +339,6 @@ fn fill_newest_first(
     history: &History<'_>,
     choice: &mut Choice,
     messages: &mut Messages,
-    one_form: &mut OneForm,
     mut room: f64,
 ) {
     for (pi, p) in history.pieces.iter().enumerate().rev() {
@@ -402,90 +347,11 @@ fn fill_newest_first(
                 return;
             }
             let cost = cost(p, li, messages, &choice.keep[pi]);
-            if !choice.keep[pi][li] && !one_form.closed[pi] && cost <= room {
+            if !choice.keep[pi][li] && cost <= room {
                 room -= cost;
                 messages.open(p.message);
                 choice.keep[pi][li] = true;
-                one_form.chose(pi);
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::pieces::{Line, Rendered};
-    use super::super::terms::terms;
-    use super::*;
-
-    fn piece(part: Part, as_written: bool, lines: &[&[&str]]) -> Piece {
-        let lines = lines
-            .iter()
-            .enumerate()
-            .map(|(i, names)| Line {
-                start: i,
-                end: i + 1,
-                tokens: 10.0,
-                terms: {
-                    let mut found = Vec::new();
-                    terms(&names.join(" "), &mut found);
-                    found
-                },
-            })
-            .collect::<Vec<_>>();
-        Piece {
-            message: 0,
-            part,
-            text: "x".repeat(lines.len()),
-            lines,
-            arguments: None,
-            whole: None,
-            protected: false,
-            age: 1,
-            in_play: false,
-            as_written,
-        }
-    }
-
-    #[test]
-    fn a_calls_arguments_are_chosen_in_one_form() {
-        // The shorter form carries a name only it has; its twin as written has lines with
-        // others. Whatever the room, the lines chosen are all of one form: a twin with lines
-        // chosen replaces the shorter form, and the shorter form's names would be lost.
-        let twin = piece(
-            Part::Arguments(0),
-            true,
-            &[
-                &["src/cache/slru.rs"],
-                &["MARKER_4480"],
-                &["probation_tail"],
-            ],
-        );
-        let short = piece(
-            Part::Arguments(0),
-            false,
-            &[&["MARKER_4480", "summary_only"]],
-        );
-        let history = History {
-            live: &[],
-            rendered: vec![Rendered {
-                messages: Vec::new(),
-                sources: Vec::new(),
-                tokens: 60,
-                written: None,
-                written_tokens: 60,
-                frame: 4,
-            }],
-            pieces: vec![twin, short],
-        };
-        for room in [5.0, 20.0, 40.0, 60.0, 200.0] {
-            let choice = by_evidence(&history, TermSet::default(), room);
-            let forms = choice
-                .keep
-                .iter()
-                .filter(|keep| keep.iter().any(|&k| k))
-                .count();
-            assert!(forms <= 1, "room {room}: {:?}", choice.keep);
         }
     }
 }

@@ -16,7 +16,7 @@ use super::Valuation;
 use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
 
 /// Which part of a message a piece is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Part {
     /// What a user, a peer or the platform said.
     Said,
