@@ -7,6 +7,7 @@ use super::super::{BundleMessage, Omission, OmissionReason, Tier, Unit};
 use super::choose::Choice;
 use super::gaps::kept_lines;
 use super::pieces::{History, Part, Piece};
+use super::terms::TermSet;
 use crate::tokens::{count_by_lines, message_tokens, tool_call_tokens, MESSAGE_OVERHEAD_TOKENS};
 
 /// The units of the history under `choice`, and what it left out.
@@ -229,11 +230,32 @@ impl<'a> Shown<'a> {
     /// Arguments sent: JSON cannot be joined, so a twin with lines chosen replaces the
     /// shortened form.
     fn arguments(&self) -> Option<String> {
-        match self.written {
-            Some((twin, keep)) => Some(shown_text(twin, keep)),
-            None => self.short.map(|(p, keep)| shown_text(p, keep)),
+        match (self.short, self.written) {
+            (Some(short), Some(twin)) => Some(shown_text(twin.0, &with_names_of(twin, short))),
+            (None, Some((twin, keep))) => Some(shown_text(twin, keep)),
+            (short, None) => short.map(|(p, keep)| shown_text(p, keep)),
         }
     }
+}
+
+/// The twin's chosen lines, and the lines of it that carry a code-like name the shorter form's
+/// chosen lines carried: the twin replaces that form, and what the selection counted as sent
+/// in it goes.
+fn with_names_of((twin, keep): (&Piece, &[bool]), (short, chosen): (&Piece, &[bool])) -> Vec<bool> {
+    let named: TermSet = short
+        .lines
+        .iter()
+        .zip(chosen)
+        .filter(|(_, &k)| k)
+        .flat_map(|(l, _)| l.terms.iter())
+        .filter(|&&(_, shape)| shape >= 1.0)
+        .map(|&(t, _)| t)
+        .collect();
+    twin.lines
+        .iter()
+        .zip(keep)
+        .map(|(l, &k)| k || l.terms.iter().any(|(t, _)| named.contains(t)))
+        .collect()
 }
 
 /// A piece as sent: whole, its chosen lines with the gaps marked, or one line.
@@ -288,5 +310,69 @@ fn left_out(p: &Piece, keep: &[bool], event_id: &str) -> Omission {
         reason: OmissionReason::Budget,
         source_event_ids: vec![event_id.to_owned()],
         tokens: dropped.round() as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::pieces::Line;
+    use super::super::terms::terms;
+    use super::*;
+
+    fn arguments(as_written: bool, lines: &[&str]) -> Piece {
+        let mut text = String::new();
+        let lines = lines
+            .iter()
+            .map(|line| {
+                let start = text.len();
+                text.push_str(line);
+                text.push('\n');
+                let mut found = Vec::new();
+                terms(line, &mut found);
+                Line {
+                    start,
+                    end: text.len(),
+                    tokens: 10.0,
+                    terms: found,
+                }
+            })
+            .collect();
+        Piece {
+            message: 0,
+            part: Part::Arguments(0),
+            text,
+            lines,
+            arguments: None,
+            whole: None,
+            protected: false,
+            age: 1,
+            in_play: false,
+            as_written,
+        }
+    }
+
+    #[test]
+    fn a_twin_that_replaces_the_shorter_arguments_keeps_the_names_they_were_chosen_for() {
+        let short = arguments(
+            false,
+            &[r#"{"path":"src/cache/slru.rs","diff":"+pub struct SegmentedLru {…"#],
+        );
+        let twin = arguments(
+            true,
+            &[
+                "+pub struct SegmentedLru {",
+                "+    protected: Lru, // BRANCH_B_MARKER_4480",
+                "+// segment policy note: promote on the second hit",
+                "+// segment policy note: demote the protected tail",
+            ],
+        );
+        let chosen_twin = [false, false, false, true];
+        // The shorter form's chosen line names `SegmentedLru`: the twin's line that carries it
+        // goes too; plain words (`protected`, `policy`) bring nothing back.
+        let keep = with_names_of((&twin, &chosen_twin), (&short, &[true]));
+        assert_eq!(keep, [true, false, false, true]);
+        // The shorter form not chosen: the twin's own choice.
+        let keep = with_names_of((&twin, &chosen_twin), (&short, &[false]));
+        assert_eq!(keep, chosen_twin);
     }
 }
