@@ -210,7 +210,7 @@ NESTED: dict[str, type[BaseModel]] = {
 
 MODELS: dict[str, type[BaseModel]] = {**dict(PAYLOAD_TYPES.items()), **NESTED}
 NAMED = avro_named()
-# The log's own record of a sealed event (ingest writes it under `--seal on`): not an event type.
+# The log's own record of a sealed event (a deployment seals by default): not an event type.
 LOG_ONLY_RECORDS = {"Sealed"}
 PAYLOAD_RECORDS = {
     r["name"]: r

@@ -140,9 +140,13 @@ async fn flushed_or_stopped_redis_leaves_ingest_and_assembler_correct() {
     let mut redis = PrivateRedis::start();
     let (db_url, db_name) = fresh_database(&admin).await;
     let dir = tempfile::tempdir().unwrap();
+    // The key store is PostgreSQL's: a new deployment seals, with a master key it is given.
+    let master_key = dir.path().join("master.key");
+    strata_keys::MasterKey::load_or_create(&master_key).expect("a master key");
     let opts = BackendOpts {
         db_url: Some(db_url),
         hot_url: Some(redis.url()),
+        master_key_file: Some(master_key),
         fsync: FsyncPolicy::Never,
         partitions: 2,
         ..BackendOpts::embedded(dir.path())

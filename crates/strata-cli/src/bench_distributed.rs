@@ -125,6 +125,9 @@ async fn measure(
                 db_url: Some(db),
                 hot_url: Some(hot),
                 blob_url: Some(blob_url),
+                // Unsealed, as the figures this bench is read against were (`strata bench`
+                // measures what sealing costs); a sealed run would need a master key.
+                seal: Some(strata_runtime::SealMode::Off),
                 ..strata_runtime::BackendOpts::embedded(dir)
             };
             Backends::open(&opts, "strata bench").await

@@ -7,7 +7,7 @@ use strata_ingest::{IngestOptions, Ingestor, Publisher};
 use strata_log::FsyncPolicy;
 use strata_replay::rebuild::{self, RebuildOptions};
 use strata_replay::replay::{ReplayOptions, ReplaySource, Selection};
-use strata_runtime::{BackendOpts, Backends};
+use strata_runtime::{BackendOpts, Backends, SealMode};
 
 /// Sessions replayed by the bench.
 const REPLAY_SESSIONS: usize = 10;
@@ -41,8 +41,11 @@ pub(crate) async fn run(
             .unwrap_or(1)
     );
     let dir = tempfile::tempdir()?;
+    // Unsealed throughout, as the figures this bench is read against were (`strata bench`
+    // measures what sealing costs).
     let opts = BackendOpts {
         fsync: FsyncPolicy::Never,
+        seal: Some(SealMode::Off),
         ..BackendOpts::embedded(dir.path())
     };
     let backends = Backends::open(&opts, "strata bench replay").await?;
@@ -166,6 +169,7 @@ async fn from_kafka(
             log_url: Some(log_url.clone()),
             db_url: Some(database.url.clone()),
             blob_url: Some(format!("file://{}", dir.path().join("blobs").display())),
+            seal: Some(SealMode::Off),
             ..BackendOpts::embedded(dir.path())
         };
         let backends = Backends::open(&opts, "strata bench replay").await?;
@@ -214,6 +218,7 @@ async fn from_kafka(
         let opts = BackendOpts {
             log_url: Some(log_url.clone()),
             blob_url: Some(format!("file://{}", dir.path().join("blobs").display())),
+            seal: Some(SealMode::Off),
             ..BackendOpts::embedded(sqlite_dir.path())
         };
         let embedded = Backends::open(&opts, "strata bench replay").await?;

@@ -426,6 +426,8 @@ impl Spawner {
             .env("STRATA_DATA_DIR", self.dir.join(name))
             .env("STRATA_LOG", &self.log_url)
             .env("STRATA_DB", db_url)
+            // Unsealed, as the figures this bench is read against were.
+            .env("STRATA_SEAL", "off")
             .env("STRATA_HOT", "memory://")
             .env("STRATA_BLOB", &self.blob_url)
             .env("STRATA_ADMIN_LISTEN", format!("127.0.0.1:{admin_port}"))

@@ -160,8 +160,15 @@ enum Command {
     },
     /// Forget a session for real: its data key destroyed (every copy of its events on the log
     /// unreadable), its projections, hot state and artifacts deleted, an audit entry written.
-    /// Needs a sealed log (--seal on from the session's first event).
+    /// Needs a sealed log from the session's first event (the default for a new deployment).
     Forget(forget::ForgetArgs),
+    /// Show whether this deployment seals its log, or change it on purpose (`on` / `off`):
+    /// sealing is the deployment's, recorded in its key store, not a flag of each process.
+    Seal {
+        /// `on` or `off`; absent, the recorded setting is shown.
+        #[arg(value_enum)]
+        set: Option<strata_runtime::SealMode>,
+    },
     /// Compact a session's branch now; prints the record and its check.
     Compact {
         session: String,
@@ -611,6 +618,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             events,
             assemblies,
         } => bench::run(events, assemblies).await,
+        Command::Seal { set } => seal(opts, set).await,
         Command::Forget(args) => {
             let backends = open_current(opts, wait, "strata forget").await?;
             let tenant = match &args.session {
@@ -633,4 +641,41 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             compact::run(&backends, &tenant, &session, &branch, keep_turns, json).await
         }
     }
+}
+
+/// `strata seal [on|off]`: the deployment's sealing setting, shown or changed.
+async fn seal(opts: &BackendOpts, set: Option<strata_runtime::SealMode>) -> anyhow::Result<()> {
+    let Some(mode) = set else {
+        match strata_runtime::recorded_sealing(opts).await? {
+            Some(s) => println!(
+                "sealing {} (recorded {})",
+                if s.on { "on" } else { "off" },
+                s.recorded_at
+            ),
+            None => println!(
+                "no sealing setting recorded yet: the first service to start records it (on for \
+                 a new deployment)"
+            ),
+        }
+        return Ok(());
+    };
+    let on = mode == strata_runtime::SealMode::On;
+    let recorded = strata_runtime::set_sealing(opts, on).await?;
+    println!(
+        "sealing {} (recorded {}); every service follows it from its next start",
+        if recorded.on { "on" } else { "off" },
+        recorded.recorded_at
+    );
+    if on {
+        eprintln!(
+            "note: events already on the log in the clear stay so: their sessions cannot be \
+             forgotten (new sessions can)"
+        );
+    } else {
+        eprintln!(
+            "note: new sessions will be on the log in the clear and cannot be forgotten; sealed \
+             events stay readable while the master key is there"
+        );
+    }
+    Ok(())
 }

@@ -234,6 +234,7 @@ fn kill_9_of_strata_dev_loses_nothing_and_applies_nothing_twice() {
             backends.store.as_ref(),
             &RebuildOptions {
                 switch: false,
+                codec: backends.codec.clone(),
                 ..RebuildOptions::default()
             },
             None,

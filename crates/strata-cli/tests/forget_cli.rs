@@ -149,7 +149,7 @@ fn a_forgotten_session_is_gone_from_every_byte_and_the_others_are_untouched() {
         "only the kept session replays: {replay}"
     );
 
-    // The id is refused from now on, sealing on or off.
+    // The id is refused from now on, with the flag or without.
     let late = dir.path().join("late.jsonl");
     std::fs::write(
         &late,
@@ -160,7 +160,7 @@ fn a_forgotten_session_is_gone_from_every_byte_and_the_others_are_untouched() {
             + "\n",
     )
     .expect("write");
-    for seal in ["on", "off"] {
+    for seal in ["on", ""] {
         let out = strata(&data, seal, &["import", late.to_str().expect("utf-8")]);
         assert!(
             !out.status.success(),
@@ -176,21 +176,52 @@ fn a_forgotten_session_is_gone_from_every_byte_and_the_others_are_untouched() {
 fn a_session_on_a_plain_log_is_not_forgotten_and_nothing_changes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("plain");
+    // A deployment started with `--seal off` records it.
     let out = strata(&data, "off", &["demo"]);
     assert!(out.status.success());
     let before = bytes_under(&data.join("log"));
-    let out = strata(&data, "off", &["forget", "--session", "demo-invoice-fix"]);
+    let out = strata(&data, "", &["forget", "--session", "demo-invoice-fix"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("needs a sealed log"), "{stderr}");
-    // Sealing turned on later: the session's earlier events are still in the clear.
+    // A flag cannot turn it on by the way; `strata seal on` does, on purpose.
     let out = strata(&data, "on", &["forget", "--session", "demo-invoice-fix"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("does not seal its log"), "{stderr}");
+    let out = strata(&data, "", &["seal", "on"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The session's earlier events are still in the clear.
+    let out = strata(&data, "", &["forget", "--session", "demo-invoice-fix"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("in the clear"), "{stderr}");
     assert_eq!(bytes_under(&data.join("log")), before);
-    let out = strata(&data, "off", &["export", "demo-invoice-fix"]);
+    let out = strata(&data, "", &["export", "demo-invoice-fix"]);
     assert!(out.status.success(), "the session is still there");
+}
+
+#[test]
+fn the_default_data_directory_imports_assembles_and_forgets_with_no_flag_at_all() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("default");
+    sealing::ok(&data, "", &["demo"]);
+    let context = sealing::ok(&data, "", &["context", "demo-invoice-fix"]);
+    assert!(!context.is_empty());
+    let status = sealing::ok(&data, "", &["seal"]);
+    assert!(status.starts_with("sealing on"), "{status}");
+    sealing::ok(&data, "", &["forget", "--session", "demo-invoice-fix"]);
+    let out = strata(&data, "", &["export", "demo-invoice-fix"]);
+    assert!(!out.status.success(), "the session is gone");
+    // A process told otherwise is refused, and nothing is written in the clear.
+    let out = strata(&data, "off", &["demo"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("this deployment seals its log"), "{stderr}");
 }
 
 /// One HTTP request to `strata dev`: the status and the JSON body.

@@ -61,7 +61,9 @@ fn a_sealed_log_reads_back_like_a_plain_one_and_holds_no_text_in_the_clear() {
 
     // Replay, the archive and rebuild open the sealed records; turning sealing off later keeps
     // them readable while the master key is there.
-    let replayed = ok(&sealed, "off", &["replay", "--json"]);
+    ok(&sealed, "", &["seal", "off"]);
+    let replayed = ok(&sealed, "", &["replay", "--json"]);
+    ok(&sealed, "", &["seal", "on"]);
     let plain_replay = ok(&plain, "off", &["replay", "--json"]);
     let points = |s: &str| {
         serde_json::from_str::<serde_json::Value>(s).expect("json")["call_points"].clone()
@@ -80,11 +82,11 @@ fn a_sealed_log_reads_back_like_a_plain_one_and_holds_no_text_in_the_clear() {
 
     // Without the master key the log cannot be read, and the error says so.
     std::fs::rename(sealed.join("master.key"), dir.path().join("elsewhere.key")).expect("move");
-    let out = strata(&sealed, "off", &["replay", "--json"]);
+    let out = strata(&sealed, "", &["replay", "--json"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("sealed"), "{stderr}");
-    let out = strata(&sealed, "on", &["replay", "--json"]);
+    let out = strata(&sealed, "", &["demo"]);
     assert!(!out.status.success(), "no new master key over old keys");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("restore the master key"), "{stderr}");
@@ -98,7 +100,7 @@ fn a_sealed_log_reads_back_like_a_plain_one_and_holds_no_text_in_the_clear() {
         sealed.join("master.key"),
     )
     .expect("copy");
-    let out = strata(&sealed, "off", &["replay", "--json"]);
+    let out = strata(&sealed, "", &["replay", "--json"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("does not unwrap"), "{stderr}");

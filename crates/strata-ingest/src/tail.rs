@@ -127,13 +127,21 @@ impl TailIndex {
             from = last.offset + 1;
             for r in &records {
                 // Undecodable records are the projector's to set aside; they carry no seq. A
-                // sealed record's envelope has all this needs: no key is asked for.
-                match backends.codec.avro().decode_record(&r.value) {
-                    Ok(Record::Plain(event)) => {
+                // sealed record is opened with its key, so a re-send compares with it as with a
+                // plain one; one that does not open (its session forgotten) is known by id.
+                let Ok(record) = backends.codec.avro().decode_record(&r.value) else {
+                    continue;
+                };
+                let opened = match record {
+                    Record::Plain(event) => Ok(event),
+                    sealed => backends.codec.decode(&r.value).await.map_err(|_| sealed),
+                };
+                match opened {
+                    Ok(event) => {
                         let sha = crate::conflict::content_sha256(&event);
                         tail.add(&event, Some(sha), r.offset);
                     }
-                    Ok(record) => {
+                    Err(record) => {
                         let accepted = Accepted {
                             seq: record.seq().unwrap_or(0),
                             content_sha256: None,
@@ -141,7 +149,6 @@ impl TailIndex {
                         let (tenant, session) = (record.tenant_id(), record.session_id());
                         tail.add_ids(tenant, session, record.event_id(), accepted, r.offset);
                     }
-                    Err(_) => {}
                 }
             }
         }

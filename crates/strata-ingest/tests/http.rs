@@ -1264,7 +1264,8 @@ async fn a_lost_hot_state_is_recovered_from_the_log_not_guessed_from_the_project
         Arc::new(strata_hot::MemoryHotState::default()),
         backends.blobs.clone(),
         dir.path().to_path_buf(),
-    );
+    )
+    .with_codec(backends.codec.clone());
     let second = Ingestor::new(forgetful, IngestOptions::default());
     let outcomes = second
         .ingest_json(

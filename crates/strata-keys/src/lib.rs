@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 pub use master::MasterKey;
 pub use ring::{session_subject, KeyRing, RecordCodec, DEFAULT_CACHED_KEYS, KEY_CACHE_TTL};
-pub use store::{open, ForgetEntry, KeyStore, PgKeyStore, SqliteKeyStore, StoredKey};
+pub use store::{open, ForgetEntry, KeyStore, PgKeyStore, Sealing, SqliteKeyStore, StoredKey};
 pub use strata_codec::AvroCodec;
 
 /// Everything that can go wrong with data keys.
@@ -62,7 +62,7 @@ pub enum Error {
         source: sqlx::Error,
     },
     /// A key inserted a moment ago cannot be read back.
-    #[error("key store: a data key vanished between its insert and its read")]
+    #[error("key store: a row written a moment ago could not be read back")]
     Vanished,
     #[error("unsupported key store URL {url}: {reason}")]
     UnsupportedUrl { url: String, reason: &'static str },

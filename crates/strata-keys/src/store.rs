@@ -71,6 +71,85 @@ pub trait KeyStore: Send + Sync + std::fmt::Debug {
 
     /// The audit trail, oldest first; only the pending forgets when `pending_only`.
     async fn forgets(&self, pending_only: bool) -> Result<Vec<ForgetEntry>>;
+
+    /// The deployment's sealing setting as recorded, with when; `None` before any service
+    /// recorded one.
+    async fn sealing(&self) -> Result<Option<Sealing>>;
+
+    /// Records `on` as the deployment's sealing setting unless one is recorded, and returns the
+    /// recorded one: the first service of a deployment to start decides, every other one agrees.
+    async fn settle_sealing(&self, on: bool) -> Result<Sealing>;
+
+    /// Changes the recorded setting: a deliberate act (`strata seal on|off`), never a default.
+    async fn set_sealing(&self, on: bool) -> Result<Sealing>;
+
+    /// Whether any data key was ever made (live or destroyed): the deployment sealed before.
+    async fn has_keys(&self) -> Result<bool>;
+}
+
+/// A deployment's sealing setting as its key store records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sealing {
+    pub on: bool,
+    /// When it was recorded (RFC 3339).
+    pub recorded_at: String,
+}
+
+fn settings_table(schema: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {schema}deployment (
+            name TEXT PRIMARY KEY,
+            value TEXT NOT NULL,
+            recorded_at TEXT NOT NULL
+        )"
+    )
+}
+
+/// The statements of the sealing setting, for a schema prefix and placeholder style.
+#[derive(Debug)]
+struct SealingSql {
+    read: String,
+    settle: String,
+    set: String,
+    has_keys: String,
+}
+
+impl SealingSql {
+    fn new(schema: &str, [a, b]: [&str; 2]) -> Self {
+        let insert = format!(
+            "INSERT INTO {schema}deployment (name, value, recorded_at) VALUES ('sealing', {a}, {b})"
+        );
+        Self {
+            read: format!(
+                "SELECT value, recorded_at FROM {schema}deployment WHERE name = 'sealing'"
+            ),
+            settle: format!("{insert} ON CONFLICT (name) DO NOTHING"),
+            set: format!(
+                "{insert} ON CONFLICT (name) DO UPDATE SET value = excluded.value, \
+                 recorded_at = excluded.recorded_at"
+            ),
+            has_keys: format!("SELECT EXISTS (SELECT 1 FROM {schema}data_keys) AS any_key"),
+        }
+    }
+}
+
+fn sealing_row<R: Row>(r: &R) -> Sealing
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    Sealing {
+        on: r.get::<String, _>("value") == "on",
+        recorded_at: r.get("recorded_at"),
+    }
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
 }
 
 const AUDIT_COLUMNS: &str =
@@ -158,15 +237,18 @@ fn row_to_key(
 #[derive(Debug)]
 pub struct SqliteKeyStore {
     pool: SqlitePool,
+    sql: SealingSql,
 }
 
 impl SqliteKeyStore {
     /// Opens (creating when needed) the key database at `path`.
     pub async fn open(path: &str) -> Result<Self> {
+        // A rollback journal, not a WAL: writes are rare (a key per session), and a process
+        // that only reads keys (a replay) then leaves the files exactly as it found them.
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
+            .journal_mode(SqliteJournalMode::Delete)
             // A destroyed key's bytes are zeroed in the file, not only unlinked from the b-tree.
             .pragma("secure_delete", "ON");
         let pool = SqlitePoolOptions::new()
@@ -192,7 +274,14 @@ impl SqliteKeyStore {
             .execute(&pool)
             .await
             .map_err(|e| Error::store("create the forget_audit table", e))?;
-        Ok(SqliteKeyStore { pool })
+        sqlx::query(&settings_table(""))
+            .execute(&pool)
+            .await
+            .map_err(|e| Error::store("create the deployment table", e))?;
+        Ok(SqliteKeyStore {
+            pool,
+            sql: SealingSql::new("", ["?", "?"]),
+        })
     }
 }
 
@@ -255,11 +344,6 @@ impl KeyStore for SqliteKeyStore {
         .execute(&self.pool)
         .await
         .map_err(|e| Error::store("destroy a data key", e))?;
-        // The WAL still holds the page as it was: fold it into the file and truncate it.
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.pool)
-            .await
-            .map_err(|e| Error::store("checkpoint after a destroy", e))?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -284,6 +368,42 @@ impl KeyStore for SqliteKeyStore {
         .await
         .map_err(|e| Error::store("read the forget audit", e))?;
         Ok(rows.iter().map(audit_row).collect())
+    }
+
+    async fn sealing(&self) -> Result<Option<Sealing>> {
+        let row = sqlx::query(&self.sql.read)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| Error::store("read the sealing setting", e))?;
+        Ok(row.as_ref().map(sealing_row))
+    }
+
+    async fn settle_sealing(&self, on: bool) -> Result<Sealing> {
+        self.write_sealing(&self.sql.settle, on).await
+    }
+
+    async fn set_sealing(&self, on: bool) -> Result<Sealing> {
+        self.write_sealing(&self.sql.set, on).await
+    }
+
+    async fn has_keys(&self) -> Result<bool> {
+        let row = sqlx::query(&self.sql.has_keys)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| Error::store("look for data keys", e))?;
+        Ok(row.get::<bool, _>("any_key"))
+    }
+}
+
+impl SqliteKeyStore {
+    async fn write_sealing(&self, statement: &str, on: bool) -> Result<Sealing> {
+        sqlx::query(statement)
+            .bind(on_off(on))
+            .bind(Utc::now().to_rfc3339())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::store("record the sealing setting", e))?;
+        self.sealing().await?.ok_or(Error::Vanished)
     }
 }
 
@@ -310,6 +430,7 @@ where
 #[derive(Debug)]
 pub struct PgKeyStore {
     pool: PgPool,
+    sql: SealingSql,
 }
 
 impl PgKeyStore {
@@ -339,6 +460,7 @@ impl PgKeyStore {
                 PRIMARY KEY (tenant_id, subject)
             )",
             &audit_table("strata_keys."),
+            &settings_table("strata_keys."),
         ] {
             sqlx::query(statement)
                 .execute(&mut *tx)
@@ -346,7 +468,10 @@ impl PgKeyStore {
                 .map_err(|e| Error::store("create the key schema", e))?;
         }
         tx.commit().await.map_err(|e| Error::store("commit", e))?;
-        Ok(PgKeyStore { pool })
+        Ok(PgKeyStore {
+            pool,
+            sql: SealingSql::new("strata_keys.", ["$1", "$2"]),
+        })
     }
 }
 
@@ -434,5 +559,41 @@ impl KeyStore for PgKeyStore {
         .await
         .map_err(|e| Error::store("read the forget audit", e))?;
         Ok(rows.iter().map(audit_row).collect())
+    }
+
+    async fn sealing(&self) -> Result<Option<Sealing>> {
+        let row = sqlx::query(&self.sql.read)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| Error::store("read the sealing setting", e))?;
+        Ok(row.as_ref().map(sealing_row))
+    }
+
+    async fn settle_sealing(&self, on: bool) -> Result<Sealing> {
+        self.write_sealing(&self.sql.settle, on).await
+    }
+
+    async fn set_sealing(&self, on: bool) -> Result<Sealing> {
+        self.write_sealing(&self.sql.set, on).await
+    }
+
+    async fn has_keys(&self) -> Result<bool> {
+        let row = sqlx::query(&self.sql.has_keys)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| Error::store("look for data keys", e))?;
+        Ok(row.get::<bool, _>("any_key"))
+    }
+}
+
+impl PgKeyStore {
+    async fn write_sealing(&self, statement: &str, on: bool) -> Result<Sealing> {
+        sqlx::query(statement)
+            .bind(on_off(on))
+            .bind(Utc::now().to_rfc3339())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::store("record the sealing setting", e))?;
+        self.sealing().await?.ok_or(Error::Vanished)
     }
 }

@@ -264,3 +264,46 @@ async fn a_warm_ring_stops_using_a_key_destroyed_elsewhere_within_its_cache_ttl(
         .expect_err("refused");
     assert!(matches!(err, Error::Forgotten { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn a_deployment_records_its_sealing_once_and_changes_it_only_when_told() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, store) in stores(dir.path()).await {
+        if name == "sqlite" {
+            assert_eq!(store.sealing().await.expect("read"), None, "a new store");
+            assert!(!store.has_keys().await.expect("keys"), "a new store");
+            let first = store.settle_sealing(true).await.expect("settle");
+            assert!(first.on);
+            assert_eq!(store.settle_sealing(false).await.expect("settle"), first);
+        }
+        // The PostgreSQL store is shared by this file's tests: whatever it held, a change
+        // is made only by `set_sealing`, and the first record then stands against a settle.
+        let off = store.set_sealing(false).await.expect("set off");
+        assert!(!off.on, "{name}");
+        assert!(
+            !store.settle_sealing(true).await.expect("settle").on,
+            "{name}"
+        );
+        let on = store.set_sealing(true).await.expect("set on");
+        assert!(on.on, "{name}");
+        assert_eq!(
+            store.sealing().await.expect("read"),
+            Some(on.clone()),
+            "{name}"
+        );
+        assert_eq!(
+            store.settle_sealing(false).await.expect("settle"),
+            on,
+            "{name}"
+        );
+
+        let key = strata_keys::StoredKey {
+            tenant_id: unique("t"),
+            subject: "session:s".into(),
+            key_id: unique("k"),
+            wrapped: Some(vec![1; 60]),
+        };
+        store.insert_if_absent(&key).await.expect("insert");
+        assert!(store.has_keys().await.expect("keys"), "{name}");
+    }
+}

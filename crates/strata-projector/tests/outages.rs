@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use strata_blob::BlobStore;
 use strata_ingest::{IngestError, IngestOptions, Ingestor, Publisher};
+use strata_keys::RecordCodec;
 use strata_log::{EventLog, FileLogOptions, FsyncPolicy};
 use strata_projector::{Projector, ProjectorOptions};
 use strata_runtime::{BackendOpts, Backends};
@@ -130,9 +131,11 @@ async fn log_contents(
     (events, counts)
 }
 
-/// The projections of one in-process projector over `log` from offset 0, into `store`.
+/// The projections of one in-process projector over `log` from offset 0, into `store`, its
+/// records read with `codec`.
 async fn clean_run(
     log: Arc<dyn EventLog>,
+    codec: RecordCodec,
     store: Arc<dyn ProjectionStore>,
     dir: &Path,
 ) -> BTreeMap<String, (u64, String)> {
@@ -142,7 +145,8 @@ async fn clean_run(
         Arc::new(strata_hot::MemoryHotState::default()),
         BlobStore::open(&format!("file://{}", dir.join("blobs").display())).expect("blobs"),
         dir.to_path_buf(),
-    );
+    )
+    .with_codec(codec);
     let mut p = Projector::start(
         backends,
         ProjectorOptions {
@@ -296,7 +300,7 @@ async fn postgres_crash_and_restart_under_a_running_projector_loses_nothing() {
         Arc::new(PgStore::open(&clean_url).await.expect("clean store"));
     assert_eq!(
         live_print,
-        clean_run(log.clone(), clean, dir.path()).await,
+        clean_run(log.clone(), RecordCodec::plain(), clean, dir.path()).await,
         "the projections through the outage equal a clean run's"
     );
     let status = projector.terminate();
@@ -558,7 +562,13 @@ async fn redis_flushed_under_load(
             .await
             .expect("clean store"),
     );
-    let clean = clean_run(backends.log.clone(), clean, dir.path()).await;
+    let clean = clean_run(
+        backends.log.clone(),
+        backends.codec.clone(),
+        clean,
+        dir.path(),
+    )
+    .await;
     let differing: Vec<_> = live
         .iter()
         .filter(|(table, print)| clean.get(*table) != Some(print))

@@ -13,6 +13,8 @@
 //! Needs `STRATA_TEST_KAFKA_BROKERS` and `STRATA_TEST_POSTGRES_URL` (`scripts/services.sh
 //! start`). Without them the test skips and says why, except under `CI`, where it fails.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -88,6 +90,7 @@ impl ProjectorProcess {
         let data_dir = dir.join(name);
         let child = Command::new(env!("CARGO_BIN_EXE_strata-projector"))
             .env("STRATA_DATA_DIR", &data_dir)
+            .env("STRATA_MASTER_KEY_FILE", support::master_key(dir))
             .env("STRATA_LOG", log_url)
             .env("STRATA_DB", db_url)
             .env("STRATA_HOT", "memory://")

@@ -84,6 +84,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         &RebuildOptions {
             batch_events,
             fold_workers,
+            codec: backends.codec.clone(),
             ..defaults
         },
         None,

@@ -121,8 +121,8 @@ pub async fn resume_pending(
 fn key_ring(backends: &Backends) -> Result<&Arc<KeyRing>> {
     backends.codec.keys().ok_or_else(|| {
         Error::Invalid(
-            "forgetting needs a sealed log (--seal on, with its master key): without one, the \
-             log keeps every event in the clear"
+            "forgetting needs a sealed log (a deployment that seals: `strata seal on`, with its \
+             master key): without one, the log keeps every event in the clear"
                 .into(),
         )
     })

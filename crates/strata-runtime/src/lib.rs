@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use strata_blob::BlobStore;
 use strata_hot::HotState;
-use strata_keys::{KeyRing, MasterKey, RecordCodec};
+use strata_keys::RecordCodec;
 use strata_log::{EventLog, FileLogOptions, FsyncPolicy};
 use strata_store::ProjectionStore;
 
@@ -21,6 +21,7 @@ mod error;
 pub mod http_server;
 mod lock;
 pub mod metrics;
+mod sealing;
 pub mod startup;
 pub mod telemetry;
 
@@ -28,6 +29,7 @@ use admin::WorkerHealth;
 
 pub use error::{parse_object, ApiError};
 pub use lock::DataDirLock;
+pub use sealing::{open_record_codec, recorded_sealing, set_sealing};
 
 /// Errors while bringing the backends up.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +45,9 @@ pub enum Error {
     Blob(#[from] strata_blob::Error),
     #[error(transparent)]
     Keys(#[from] strata_keys::Error),
+    /// The deployment's sealing setting and this process's disagree, or it cannot be met.
+    #[error("{0}")]
+    Sealing(String),
     /// The data directory is locked by another process, or cannot be locked.
     #[error("{0}")]
     Locked(String),
@@ -67,7 +72,7 @@ impl Error {
             Error::Keys(e) => e.is_transient(),
             // Opening a blob store does not contact it: what fails here is its URL or its local
             // directory (an unreachable S3 shows in `/readyz`, whose ping does contact it).
-            Error::Blob(_) | Error::Locked(_) | Error::Io { .. } => false,
+            Error::Blob(_) | Error::Sealing(_) | Error::Locked(_) | Error::Io { .. } => false,
         }
     }
 }
@@ -103,27 +108,29 @@ pub struct BackendOpts {
     /// Partitions of a new file log.
     #[arg(long, global = true, env = "STRATA_PARTITIONS", default_value_t = 8)]
     pub partitions: u32,
-    /// Seal every new event with its session's data key before it is appended (on) or append
-    /// events as they are (off). Sealed records are opened whatever the setting, as long as the
-    /// master key is there. See docs/design/forgetting.md.
-    #[arg(long, global = true, env = "STRATA_SEAL", default_value = "off")]
-    pub seal: SealMode,
+    /// Whether the deployment seals every new event with its session's data key (on) or appends
+    /// events as they are (off). A property of the deployment, recorded in its key store by the
+    /// first service to start (on for a new one); unset, a process follows the record, and a
+    /// value that contradicts it is refused (`strata seal on|off` changes it). Sealed records are
+    /// opened whatever the setting, as long as the master key is there. See
+    /// docs/design/forgetting.md.
+    #[arg(long, global = true, env = "STRATA_SEAL")]
+    pub seal: Option<SealMode>,
     /// Key store URL [default: the projection database when it is PostgreSQL (schema
     /// strata_keys), else sqlite://DATA_DIR/keys.db].
     #[arg(long = "keys", global = true, env = "STRATA_KEYS")]
     pub keys_url: Option<String>,
     /// The master key file (64 hex digits) that wraps the data keys; every service of a
-    /// deployment needs the same one [default: DATA_DIR/master.key, created on first use when
-    /// sealing is on].
+    /// deployment needs the same one [default: DATA_DIR/master.key, made by the embedded default
+    /// when it seals and no key was wrapped yet].
     #[arg(long, global = true, env = "STRATA_MASTER_KEY_FILE")]
     pub master_key_file: Option<PathBuf>,
 }
 
 /// Whether new events are sealed on the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SealMode {
     On,
-    #[default]
     Off,
 }
 
@@ -137,7 +144,7 @@ impl Default for BackendOpts {
             blob_url: None,
             fsync: FsyncPolicy::Always,
             partitions: 8,
-            seal: SealMode::Off,
+            seal: None,
             keys_url: None,
             master_key_file: None,
         }
@@ -369,7 +376,7 @@ impl Backends {
             return Ok(None);
         };
         let blobs = BlobStore::open(&opts.blob_url())?;
-        let Some(codec) = record_codec(opts, &mut retry).await? else {
+        let Some(codec) = sealing::record_codec(opts, Some(log.as_ref()), &mut retry).await? else {
             return Ok(None);
         };
         Ok(Some(Backends {
@@ -388,63 +395,6 @@ impl Backends {
     pub fn data_path(&self, name: &str) -> PathBuf {
         self.data_dir.join(name)
     }
-}
-
-/// The codec of log records `opts` names, for a process that reads the log without the other
-/// backends (replay, eval): the key store is opened when the master key exists.
-pub async fn open_record_codec(opts: &BackendOpts) -> Result<RecordCodec, Error> {
-    let opened = record_codec(opts, &mut None).await?;
-    Ok(opened.expect("an open that does not retry is never stopped"))
-}
-
-/// The codec of log records: sealing with a key ring when sealing is on; opening with one
-/// whenever the master key exists (a log written with sealing on stays readable after it is
-/// turned off); plain otherwise.
-async fn record_codec(
-    opts: &BackendOpts,
-    retry: &mut Option<Retrying<'_>>,
-) -> Result<Option<RecordCodec>, Error> {
-    let (path, default_path) = opts.master_key_path();
-    let seal = opts.seal == SealMode::On;
-    let keys_url = opts.keys_url();
-    let master = match (seal, path.exists()) {
-        (false, false) => return Ok(Some(RecordCodec::plain())),
-        (true, false) if default_path && is_new_embedded_key_store(&keys_url) => {
-            MasterKey::load_or_create(&path)?
-        }
-        (true, false) => {
-            // Creating one now would wrap new keys with a master key the existing ones were
-            // not wrapped with (the old sealed records would stay unreadable), or give each
-            // service of a deployment a master key of its own.
-            let what = if keys_url.starts_with("sqlite://") {
-                "does not exist, and the key store is not new: restore the master key the keys \
-                 were wrapped with (or name it with --master-key-file)"
-            } else {
-                "does not exist: on a shared key store every service needs the same master key, \
-                 so none is created; make one (64 hex digits: `openssl rand -hex 32`) and give \
-                 its path to every service with --master-key-file (or restore the one the keys \
-                 were wrapped with)"
-            };
-            return Err(Error::Keys(strata_keys::Error::MasterKey { path, what }));
-        }
-        (_, true) => MasterKey::load(&path)?,
-    };
-    let store = attempt(retry, "key store", &keys_url, || {
-        strata_keys::open(&keys_url)
-    });
-    let Some(store) = store.await? else {
-        return Ok(None);
-    };
-    let ring = Arc::new(KeyRing::new(store, master));
-    Ok(Some(RecordCodec::with_keys(ring, seal)))
-}
-
-/// Whether `keys_url` is an SQLite key store that does not exist yet (the embedded default on
-/// its first sealed run): only then may a master key be created.
-fn is_new_embedded_key_store(keys_url: &str) -> bool {
-    keys_url
-        .strip_prefix("sqlite://")
-        .is_some_and(|path| !Path::new(path).exists())
 }
 
 /// What [`Backends::open_with_retry`] reports on and stops at.
@@ -610,5 +560,11 @@ impl Backends {
             projection_sets: ProjectionSets::Single,
             _lock: None,
         }
+    }
+
+    /// The same backends reading and writing the log with `codec` (another process's, to read
+    /// what it sealed).
+    pub fn with_codec(self, codec: RecordCodec) -> Backends {
+        Backends { codec, ..self }
     }
 }

@@ -1,12 +1,16 @@
-//! What the sealing and forgetting tests share: the `strata` binary run with `--seal`, on a data
-//! directory of its own, and byte searches over what it leaves on disk.
+//! What the sealing and forgetting tests share: the `strata` binary run with `--seal` (none when
+//! `seal` is empty: the deployment's setting), on a data directory of its own, and byte searches
+//! over what it leaves on disk.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 pub(crate) fn strata(data_dir: &Path, seal: &str, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
-    cmd.arg("--data-dir").arg(data_dir).args(["--seal", seal]);
+    cmd.arg("--data-dir").arg(data_dir);
+    if !seal.is_empty() {
+        cmd.args(["--seal", seal]);
+    }
     for var in [
         "STRATA_DATA_DIR",
         "STRATA_LOG",

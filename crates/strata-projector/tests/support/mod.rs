@@ -219,6 +219,19 @@ impl Drop for PrivatePostgres {
 // ---------------------------------------------------------------------------------------------
 // A `strata-projector` process.
 
+/// The master key every process of a test's deployment shares: a shared key store gets none
+/// made for it, and a new deployment seals by default.
+pub fn master_key(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("master.key");
+    if !path.exists() {
+        std::fs::write(&path, format!("{}\n", "5e".repeat(32))).expect("write a master key");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .expect("owner only");
+    }
+    path
+}
+
 pub struct ProjectorProcess {
     child: Child,
     admin_port: u16,
@@ -234,6 +247,7 @@ impl ProjectorProcess {
         let mut command = Command::new(env!("CARGO_BIN_EXE_strata-projector"));
         command
             .env("STRATA_DATA_DIR", dir.join("projector"))
+            .env("STRATA_MASTER_KEY_FILE", master_key(dir))
             .env("STRATA_HOT", "memory://")
             .env(
                 "STRATA_BLOB",

@@ -11,10 +11,13 @@ use strata_runtime::{BackendOpts, Backends};
 
 pub const TENANT: &str = "acme";
 
+/// An unsealed data directory: these tests read the log with the options' plain codec (a sealed
+/// log's rebuild, replay and archive are the CLI's `sealed_log` test).
 pub fn opts(dir: &Path) -> BackendOpts {
     BackendOpts {
         fsync: strata_log::FsyncPolicy::Never,
         partitions: 4,
+        seal: Some(strata_runtime::SealMode::Off),
         ..BackendOpts::embedded(dir)
     }
 }
