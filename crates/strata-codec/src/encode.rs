@@ -7,6 +7,7 @@ use strata_core::{Causality, Event, Payload};
 
 use crate::error::{Error, Result};
 use crate::schema::Version;
+#[cfg(test)]
 use crate::seal::SealedEvent;
 
 /// A record under construction: fields in schema order.
@@ -137,7 +138,9 @@ pub(crate) fn event_to_avro(event: &Event, version: &Version) -> Result<Avro> {
 }
 
 /// Builds the Avro value of a sealed event for the schema `version` (4 or later): the envelope,
-/// null causality and extra, the `Sealed` payload.
+/// null causality and extra, the `Sealed` payload. The codec writes these bytes directly
+/// ([`crate::sealed_record`]); this is what they are checked against.
+#[cfg(test)]
 pub(crate) fn sealed_to_avro(sealed: &SealedEvent, version: &Version) -> Result<Avro> {
     let branch = version.sealed_index.ok_or_else(|| {
         Error::invalid(

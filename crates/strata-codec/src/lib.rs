@@ -77,6 +77,7 @@ mod encode;
 mod error;
 mod schema;
 mod seal;
+mod sealed_record;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -201,10 +202,8 @@ impl AvroCodec {
     pub fn encode_sealed(&self, event: &Event, key: &DataKey) -> Result<Vec<u8>> {
         let plaintext = self.encode(event)?;
         let sealed = seal::seal(key, Envelope::of(event), &plaintext);
-        let version = REGISTRY.current();
-        let value = encode::sealed_to_avro(&sealed, version)?;
         let mut out = Vec::with_capacity(plaintext.len() + 128);
-        write_value(version, &value, &mut out)?;
+        sealed_record::write(&sealed, REGISTRY.current(), &mut out)?;
         if out.len() > MAX_RECORD_BYTES {
             return Err(Error::TooLarge {
                 bytes: out.len(),
