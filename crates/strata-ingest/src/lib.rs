@@ -573,6 +573,16 @@ impl Ingestor {
         let mut records = Vec::with_capacity(fresh.len());
         let fingerprint = b.codec.avro().fingerprint_hex().into_bytes();
         let mut keys: HashMap<(&str, &str), Option<Arc<strata_codec::DataKey>>> = HashMap::new();
+        let mut sessions: Vec<(&str, &str)> = fresh
+            .iter()
+            .map(|(_, e)| (e.tenant_id.as_str(), e.session_id.as_str()))
+            .collect();
+        sessions.sort_unstable();
+        sessions.dedup();
+        if let Err(e) = b.codec.prepare_sealing_keys(&sessions).await {
+            // Only a shortcut: each session's key is asked for below, and that says what failed.
+            tracing::debug!(error = %e, "making a batch's data keys at once failed");
+        }
         for (slot, event) in &fresh {
             let session = (event.tenant_id.as_str(), event.session_id.as_str());
             let key = match keys.get(&session) {

@@ -77,6 +77,39 @@ impl KeyRing {
         })
     }
 
+    /// Makes and stores the keys of the `sessions` that have none, in one durable write, and
+    /// caches every session's key: a batch's new sessions then cost one commit, not one each.
+    /// [`KeyRing::sealing_key`] stays the authority (a forgotten session is its to report).
+    pub async fn prepare_sealing_keys(&self, sessions: &[(&str, &str)]) -> Result<()> {
+        let mut fresh = Vec::new();
+        for &(tenant_id, session_id) in sessions {
+            let subject = session_subject(session_id);
+            if self.cached(tenant_id, &subject).is_some() {
+                continue;
+            }
+            match self.store.get(tenant_id, &subject).await? {
+                Some(stored) => {
+                    self.unwrapped(stored)?;
+                }
+                None => {
+                    let key = DataKey::generate();
+                    fresh.push(StoredKey {
+                        tenant_id: tenant_id.to_owned(),
+                        subject: subject.clone(),
+                        key_id: key.id().to_owned(),
+                        wrapped: Some(self.master.wrap(&key, tenant_id, &subject)),
+                    });
+                }
+            }
+        }
+        if !fresh.is_empty() {
+            for stored in self.store.insert_many_if_absent(&fresh).await? {
+                self.unwrapped(stored)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The key `key_id` of `session`: `None` when it was destroyed (the session was forgotten).
     pub async fn opening_key(
         &self,
@@ -228,6 +261,15 @@ impl RecordCodec {
             .sealing_key(&event.tenant_id, &event.session_id)
             .await?;
         self.encode_with(event, key.as_deref())
+    }
+
+    /// Makes the keys of a batch's new sessions in one write when sealing is on
+    /// ([`KeyRing::prepare_sealing_keys`]).
+    pub async fn prepare_sealing_keys(&self, sessions: &[(&str, &str)]) -> Result<()> {
+        match &self.keys {
+            Some(keys) if self.seal => keys.prepare_sealing_keys(sessions).await,
+            _ => Ok(()),
+        }
     }
 
     /// The key new events of `session` are sealed with; `None` when sealing is off.

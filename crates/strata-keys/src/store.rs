@@ -59,6 +59,10 @@ pub trait KeyStore: Send + Sync + std::fmt::Debug {
     /// writer wins, so two services creating a session's key at once agree on it.
     async fn insert_if_absent(&self, key: &StoredKey) -> Result<StoredKey>;
 
+    /// [`KeyStore::insert_if_absent`] for several subjects in one durable write: a batch's new
+    /// sessions cost one commit, not one each. Returns each subject's key, in order.
+    async fn insert_many_if_absent(&self, keys: &[StoredKey]) -> Result<Vec<StoredKey>>;
+
     /// The subject's key, destroyed or not; `None` when it never had one.
     async fn get(&self, tenant_id: &str, subject: &str) -> Result<Option<StoredKey>>;
 
@@ -287,22 +291,42 @@ impl SqliteKeyStore {
 
 #[async_trait]
 impl KeyStore for SqliteKeyStore {
+    async fn insert_many_if_absent(&self, keys: &[StoredKey]) -> Result<Vec<StoredKey>> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| Error::store("begin inserting data keys", e))?;
+        for key in keys {
+            sqlx::query(
+                "INSERT INTO data_keys (tenant_id, subject, key_id, wrapped, created_at)
+                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant_id, subject) DO NOTHING",
+            )
+            .bind(&key.tenant_id)
+            .bind(&key.subject)
+            .bind(&key.key_id)
+            .bind(&key.wrapped)
+            .bind(Utc::now().to_rfc3339())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Error::store("insert a data key", e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| Error::store("commit data keys", e))?;
+        let mut stored = Vec::with_capacity(keys.len());
+        for key in keys {
+            let got = self.get(&key.tenant_id, &key.subject).await?;
+            stored.push(got.ok_or(Error::Vanished)?);
+        }
+        Ok(stored)
+    }
+
     async fn insert_if_absent(&self, key: &StoredKey) -> Result<StoredKey> {
-        sqlx::query(
-            "INSERT INTO data_keys (tenant_id, subject, key_id, wrapped, created_at)
-             VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant_id, subject) DO NOTHING",
-        )
-        .bind(&key.tenant_id)
-        .bind(&key.subject)
-        .bind(&key.key_id)
-        .bind(&key.wrapped)
-        .bind(Utc::now().to_rfc3339())
-        .execute(&self.pool)
-        .await
-        .map_err(|e| Error::store("insert a data key", e))?;
-        self.get(&key.tenant_id, &key.subject)
-            .await?
-            .ok_or(Error::Vanished)
+        let mut stored = self
+            .insert_many_if_absent(std::slice::from_ref(key))
+            .await?;
+        stored.pop().ok_or(Error::Vanished)
     }
 
     async fn get(&self, tenant_id: &str, subject: &str) -> Result<Option<StoredKey>> {
@@ -477,21 +501,41 @@ impl PgKeyStore {
 
 #[async_trait]
 impl KeyStore for PgKeyStore {
+    async fn insert_many_if_absent(&self, keys: &[StoredKey]) -> Result<Vec<StoredKey>> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| Error::store("begin inserting data keys", e))?;
+        for key in keys {
+            sqlx::query(
+                "INSERT INTO strata_keys.data_keys (tenant_id, subject, key_id, wrapped)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, subject) DO NOTHING",
+            )
+            .bind(&key.tenant_id)
+            .bind(&key.subject)
+            .bind(&key.key_id)
+            .bind(&key.wrapped)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Error::store("insert a data key", e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| Error::store("commit data keys", e))?;
+        let mut stored = Vec::with_capacity(keys.len());
+        for key in keys {
+            let got = self.get(&key.tenant_id, &key.subject).await?;
+            stored.push(got.ok_or(Error::Vanished)?);
+        }
+        Ok(stored)
+    }
+
     async fn insert_if_absent(&self, key: &StoredKey) -> Result<StoredKey> {
-        sqlx::query(
-            "INSERT INTO strata_keys.data_keys (tenant_id, subject, key_id, wrapped)
-             VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, subject) DO NOTHING",
-        )
-        .bind(&key.tenant_id)
-        .bind(&key.subject)
-        .bind(&key.key_id)
-        .bind(&key.wrapped)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| Error::store("insert a data key", e))?;
-        self.get(&key.tenant_id, &key.subject)
-            .await?
-            .ok_or(Error::Vanished)
+        let mut stored = self
+            .insert_many_if_absent(std::slice::from_ref(key))
+            .await?;
+        stored.pop().ok_or(Error::Vanished)
     }
 
     async fn get(&self, tenant_id: &str, subject: &str) -> Result<Option<StoredKey>> {

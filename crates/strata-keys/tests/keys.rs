@@ -307,3 +307,35 @@ async fn a_deployment_records_its_sealing_once_and_changes_it_only_when_told() {
         assert!(store.has_keys().await.expect("keys"), "{name}");
     }
 }
+
+#[tokio::test]
+async fn a_batchs_new_sessions_get_their_keys_in_one_write_and_old_ones_keep_theirs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, store) in stores(dir.path()).await {
+        let master = MasterKey::load_or_create(&dir.path().join("master.key")).expect("master");
+        let ring = KeyRing::new(store.clone(), master);
+        let tenant = unique("batch");
+        let old = ring.sealing_key(&tenant, "old").await.expect("old key");
+        ring.prepare_sealing_keys(&[(&tenant, "old"), (&tenant, "new-1"), (&tenant, "new-2")])
+            .await
+            .expect("prepare");
+        assert_eq!(
+            ring.sealing_key(&tenant, "old").await.expect("old").id(),
+            old.id(),
+            "{name}: a session's key is never replaced"
+        );
+        for session in ["new-1", "new-2"] {
+            let key = ring.sealing_key(&tenant, session).await.expect("new");
+            let stored = store
+                .get(&tenant, &strata_keys::session_subject(session))
+                .await
+                .expect("get")
+                .expect("stored");
+            assert_eq!(
+                stored.key_id,
+                key.id(),
+                "{name}: {session}'s key is the stored one"
+            );
+        }
+    }
+}
