@@ -142,15 +142,7 @@ pub(crate) fn event_to_avro(event: &Event, version: &Version) -> Result<Avro> {
 /// ([`crate::sealed_record`]); this is what they are checked against.
 #[cfg(test)]
 pub(crate) fn sealed_to_avro(sealed: &SealedEvent, version: &Version) -> Result<Avro> {
-    let branch = version.sealed_index.ok_or_else(|| {
-        Error::invalid(
-            "payload",
-            format!(
-                "schema version {} cannot hold a sealed event",
-                version.version
-            ),
-        )
-    })?;
+    let branch = crate::sealed_record::sealed_branch(version)?;
     let e = &sealed.envelope;
     let mut payload = Rec::with_capacity(3);
     payload

@@ -9,15 +9,7 @@ use crate::seal::SealedEvent;
 
 /// Appends the single-object record of `sealed` in schema `version` (4 or later) to `out`.
 pub(crate) fn write(sealed: &SealedEvent, version: &Version, out: &mut Vec<u8>) -> Result<()> {
-    let branch = version.sealed_index.ok_or_else(|| {
-        Error::invalid(
-            "payload",
-            format!(
-                "schema version {} cannot hold a sealed event",
-                version.version
-            ),
-        )
-    })?;
+    let branch = sealed_branch(version)?;
     let e = &sealed.envelope;
     let seq = e
         .seq
@@ -45,6 +37,19 @@ pub(crate) fn write(sealed: &SealedEvent, version: &Version, out: &mut Vec<u8>) 
     bytes(out, &sealed.ciphertext);
     long(out, 0); // extra: null
     Ok(())
+}
+
+/// The payload union's branch of `Sealed` in schema `version`.
+pub(crate) fn sealed_branch(version: &Version) -> Result<u32> {
+    version.sealed_index.ok_or_else(|| {
+        Error::invalid(
+            "payload",
+            format!(
+                "schema version {} cannot hold a sealed event",
+                version.version
+            ),
+        )
+    })
 }
 
 /// A `["null", T]` union: branch 0 for none, 1 and the value for some.
