@@ -24,6 +24,7 @@ pub use strata_providers::Rendered;
 use strata_runtime::Backends;
 
 pub mod eval;
+pub mod forgets;
 pub mod http;
 pub mod resume;
 pub mod ui;

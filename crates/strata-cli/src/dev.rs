@@ -43,6 +43,8 @@ pub(crate) async fn run(
         .await
     });
 
+    // Forgets a crash cut short are finished in the background, beside the API.
+    let forgets_task = tokio::spawn(strata_assembler::forgets::finish_pending(backends.clone()));
     let ingestor = Arc::new(Ingestor::new(
         backends.clone(),
         IngestOptions {
@@ -72,6 +74,7 @@ pub(crate) async fn run(
     projector_task.await??;
     memory_task.await??;
     compactor_task.await??;
+    forgets_task.abort();
     println!("strata dev stopped");
     Ok(())
 }

@@ -275,17 +275,19 @@ fn events_of(session: &str, words: &str) -> String {
     .to_string()
 }
 
-#[test]
-fn delete_over_http_forgets_the_tenants_session_while_strata_dev_serves() {
+/// `strata dev` on `data` (with `--seal on`, or no flag when `seal` is empty) on a free port:
+/// the process, its port and the dev API key it printed.
+fn start_dev(data: &Path, seal: &str) -> (std::process::Child, u16, String) {
     use std::io::BufRead;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("data");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("port")
         .port();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
-    cmd.arg("--data-dir").arg(&data).args(["--seal", "on"]);
+    cmd.arg("--data-dir").arg(data);
+    if !seal.is_empty() {
+        cmd.args(["--seal", seal]);
+    }
     for var in [
         "STRATA_DATA_DIR",
         "STRATA_LOG",
@@ -293,6 +295,9 @@ fn delete_over_http_forgets_the_tenants_session_while_strata_dev_serves() {
         "STRATA_HOT",
         "STRATA_BLOB",
         "STRATA_LISTEN",
+        "STRATA_SEAL",
+        "STRATA_KEYS",
+        "STRATA_MASTER_KEY_FILE",
     ] {
         cmd.env_remove(var);
     }
@@ -314,6 +319,55 @@ fn delete_over_http_forgets_the_tenants_session_while_strata_dev_serves() {
                 .map(|(_, k)| k.trim().to_owned())
         })
         .expect("a dev key");
+    (dev, port, key)
+}
+
+#[test]
+fn a_forget_cut_short_is_finished_when_strata_dev_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    sealing::ok(&data, "", &["demo"]);
+    // The audit entry written, nothing else done: a crash right after the forget began.
+    let keys = format!("sqlite://{}", data.join("keys.db").display());
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async {
+            let store = strata_keys::open(&keys).await.expect("key store");
+            let entry = strata_keys::ForgetEntry {
+                forget_id: "forget-cut-short".into(),
+                tenant_id: "dev".into(),
+                subject_hash: "written by the test".into(),
+                session_id: Some("demo-invoice-fix".into()),
+                requested_by: "a test".into(),
+                requested_at: "2026-12-07T00:00:00Z".into(),
+                completed_at: None,
+                report: None,
+            };
+            store.record_forget(&entry).await.expect("a pending forget");
+        });
+
+    let (mut dev, port, key) = start_dev(&data, "");
+    let key = Some(key.as_str());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while http(port, "GET", "/v1/sessions/demo-invoice-fix", key, "").0 != 404 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pending forget was not finished"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let _ = Command::new("kill").arg(dev.id().to_string()).status();
+    let _ = dev.wait();
+    let audit = sealing::ok(&data, "", &["forget", "--audit"]);
+    assert!(audit.contains("forget-cut-short"), "{audit}");
+    assert!(!audit.contains("PENDING"), "{audit}");
+}
+
+#[test]
+fn delete_over_http_forgets_the_tenants_session_while_strata_dev_serves() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let (mut dev, port, key) = start_dev(&data, "on");
     let key = Some(key.as_str());
     for (session, words) in [
         ("web-1", "WEB-MARKER-GONE: my card number is 4111"),

@@ -47,6 +47,8 @@ async fn main() -> anyhow::Result<()> {
             ..IngestOptions::default()
         },
     ));
+    // Forgets a crash cut short are finished in the background, beside the API.
+    tokio::spawn(strata_assembler::forgets::finish_pending(backends.clone()));
     let compaction = strata_compactor::http::routes(backends.clone(), ingestor.clone());
     let assembler = Assembler::new(
         backends,
