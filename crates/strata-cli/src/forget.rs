@@ -1,14 +1,19 @@
 //! `strata forget`: a session's content made unrecoverable from every store (its data key
-//! destroyed, its derived copies deleted), with an audit entry; `--resume` and `--audit`.
+//! destroyed, its derived copies deleted), with an audit entry; a whole tenant's
+//! (`--whole-tenant`); `--resume` and `--audit`.
 
-use strata_replay::forget::{self, ForgetReport};
+use strata_replay::forget::{self, ForgetReport, TenantForgetReport};
 use strata_runtime::Backends;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ForgetArgs {
     /// The session to forget (its subagents' sessions are their own: forget them too).
-    #[arg(long, required_unless_present_any = ["resume", "audit"])]
+    #[arg(long, required_unless_present_any = ["resume", "audit", "whole_tenant"])]
     pub(crate) session: Option<String>,
+    /// Forget every session of this tenant and revoke its API keys, instead. Named apart from
+    /// --tenant so that a missing --session can never widen a forget to a whole tenant.
+    #[arg(long, value_name = "TENANT", conflicts_with_all = ["session", "tenant", "resume", "audit"])]
+    pub(crate) whole_tenant: Option<String>,
     /// Tenant of the session [default: on the embedded default, the only tenant that has the
     /// session; else dev].
     #[arg(long)]
@@ -65,6 +70,17 @@ pub(crate) async fn run(
     if !names.is_empty() {
         eprintln!("also in the older projection sets: {}", names.join(", "));
     }
+    if let Some(tenant) = &args.whole_tenant {
+        let report = forget::forget_tenant(
+            backends,
+            &other_sets,
+            tenant,
+            &args.requested_by,
+            consumers_running,
+        )
+        .await?;
+        return print_tenant_report(&report, args.json);
+    }
     let reports = match (&args.session, tenant) {
         (Some(session), Some(tenant)) => vec![
             forget::forget_session(
@@ -88,6 +104,33 @@ pub(crate) async fn run(
     }
     for r in &reports {
         print_report(r);
+    }
+    Ok(())
+}
+
+fn print_tenant_report(report: &TenantForgetReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        for r in &report.sessions {
+            print_report(r);
+        }
+        println!(
+            "tenant {}: {} session(s) forgotten, {} API key(s) revoked",
+            report.tenant_id,
+            report.sessions.len(),
+            report.api_keys_revoked
+        );
+    }
+    if !report.not_forgettable.is_empty() {
+        for n in &report.not_forgettable {
+            eprintln!("not forgotten: session {}: {}", n.session_id, n.why);
+        }
+        anyhow::bail!(
+            "{} session(s) of tenant {} could not be forgotten (listed above)",
+            report.not_forgettable.len(),
+            report.tenant_id
+        );
     }
     Ok(())
 }

@@ -159,8 +159,9 @@ enum Command {
         assemblies: usize,
     },
     /// Forget a session for real: its data key destroyed (every copy of its events on the log
-    /// unreadable), its projections, hot state and artifacts deleted, an audit entry written.
-    /// Needs a sealed log from the session's first event (the default for a new deployment).
+    /// unreadable), its projections, hot state and artifacts deleted, an audit entry written;
+    /// or every session of a tenant (--whole-tenant). Needs a sealed log from the session's first
+    /// event (the default for a new deployment).
     Forget(forget::ForgetArgs),
     /// Show whether this deployment seals its log, or change it on purpose (`on` / `off`):
     /// sealing is the deployment's, recorded in its key store, not a flag of each process.

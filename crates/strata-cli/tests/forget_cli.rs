@@ -408,3 +408,87 @@ fn delete_over_http_forgets_the_tenants_session_while_strata_dev_serves() {
     );
     assert!(contains(&all, "WEB-MARKER-KEPT"));
 }
+
+/// Two sessions of tenant `acme`, written by the team, with words of their own.
+fn acme_sessions() -> String {
+    let mut lines = Vec::new();
+    for session in ["acme-1", "acme-2"] {
+        for (n, ty, payload) in [
+            (
+                1,
+                "SessionStarted",
+                json!({"model": {"provider": "openai", "model": "gpt-4o"},
+                    "context_window_tokens": 32000, "reserved_output_tokens": 4000}),
+            ),
+            (
+                2,
+                "UserPromptSubmitted",
+                json!({"message_id": "u1", "text": format!("ACME-MARKER-{session}: our payroll")}),
+            ),
+        ] {
+            lines.push(
+                json!({"event_id": format!("{session}-{n}"), "tenant_id": "acme",
+                    "session_id": session, "timestamp": "2026-06-03T12:00:00Z", "type": ty,
+                    "payload": payload})
+                .to_string(),
+            );
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn a_whole_tenant_is_forgotten_and_the_other_tenants_are_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    sealing::ok(&data, "", &["demo"]);
+    let acme = dir.path().join("acme.jsonl");
+    std::fs::write(&acme, acme_sessions()).expect("write");
+    sealing::ok(&data, "", &["import", acme.to_str().expect("utf-8")]);
+    sealing::ok(&data, "", &["keys", "create", "--tenant", "acme"]);
+    let kept_context = |data: &Path| -> Value {
+        let args = ["context", "demo-invoice-fix", "--tenant", "dev", "--json"];
+        let out = sealing::ok(data, "", &args);
+        serde_json::from_str::<Value>(&out).expect("json")["payload"].clone()
+    };
+    let before = kept_context(&data);
+    assert!(contains(&bytes_under(&data), "ACME-MARKER-acme-2"));
+
+    // --tenant alone does not widen a forget to the tenant.
+    let out = strata(&data, "", &["forget", "--tenant", "acme"]);
+    assert!(!out.status.success(), "a forget without --session");
+    let out = sealing::ok(&data, "", &["forget", "--whole-tenant", "acme", "--json"]);
+    let report: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(
+        report["sessions"].as_array().map(Vec::len),
+        Some(2),
+        "{report}"
+    );
+    assert_eq!(report["api_keys_revoked"], 1, "{report}");
+    assert!(
+        report["not_forgettable"]
+            .as_array()
+            .is_some_and(Vec::is_empty),
+        "{report}"
+    );
+
+    let all = bytes_under(&data);
+    for marker in ["ACME-MARKER-acme-1", "ACME-MARKER-acme-2", "our payroll"] {
+        assert!(
+            !contains(&all, marker),
+            "{marker} is still in the data directory"
+        );
+    }
+    assert_eq!(
+        kept_context(&data),
+        before,
+        "another tenant's context changed"
+    );
+    let keys = sealing::ok(&data, "", &["keys", "list", "--tenant", "acme", "--json"]);
+    assert!(
+        keys.lines().all(|l| l.contains("\"revoked_at\":\"")),
+        "{keys}"
+    );
+    let out = strata(&data, "", &["export", "acme-1", "--tenant", "acme"]);
+    assert!(!out.status.success(), "acme-1 is gone");
+}

@@ -85,7 +85,16 @@ pub async fn forget_session(
 ) -> Result<ForgetReport> {
     let ring = key_ring(backends)?;
     let sealed_events = check_sealed(backends, tenant, session).await?;
-    let mut entry = ForgetEntry {
+    let mut entry = pending_entry(tenant, session, requested_by);
+    ring.store().record_forget(&entry).await?;
+    let mut report = carry_out(backends, ring, other_sets, &mut entry, consumers_running).await?;
+    report.sealed_events = sealed_events;
+    Ok(report)
+}
+
+/// The audit entry of a forget about to begin: pending, with the session's id.
+fn pending_entry(tenant: &str, session: &str, requested_by: &str) -> ForgetEntry {
+    ForgetEntry {
         forget_id: format!("fg_{}", random_hex()),
         tenant_id: tenant.to_owned(),
         subject_hash: subject_hash(tenant, session),
@@ -94,10 +103,82 @@ pub async fn forget_session(
         requested_at: strata_store::now_utc(),
         completed_at: None,
         report: None,
+    }
+}
+
+/// What forgetting a whole tenant did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TenantForgetReport {
+    pub tenant_id: String,
+    /// Each session forgotten.
+    pub sessions: Vec<ForgetReport>,
+    /// Sessions left as they were, and why: some of their events are on the log in the clear.
+    pub not_forgettable: Vec<NotForgettable>,
+    /// API keys of the tenant revoked by this run.
+    pub api_keys_revoked: u64,
+}
+
+/// A session a tenant forget could not make unreadable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NotForgettable {
+    pub session_id: String,
+    pub why: String,
+}
+
+/// Forgets every session of `tenant` (each with its audit entry, as [`forget_session`] does)
+/// and revokes its API keys. Every audit entry is written and every key destroyed before the
+/// services' trust in the keys is waited out, once, and the derived copies are deleted: a
+/// tenant of many sessions costs one wait, not one each. A session with events on the log in
+/// the clear is left as it was and reported; a run cut short is finished by [`resume_pending`],
+/// and running it again forgets what is left.
+pub async fn forget_tenant(
+    backends: &Backends,
+    other_sets: &[Arc<dyn ProjectionStore>],
+    tenant: &str,
+    requested_by: &str,
+    consumers_running: bool,
+) -> Result<TenantForgetReport> {
+    let ring = key_ring(backends)?;
+    let mut report = TenantForgetReport {
+        tenant_id: tenant.to_owned(),
+        ..TenantForgetReport::default()
     };
-    ring.store().record_forget(&entry).await?;
-    let mut report = carry_out(backends, ring, other_sets, &mut entry, consumers_running).await?;
-    report.sealed_events = sealed_events;
+    let mut begun = Vec::new();
+    for summary in backends.store.sessions(tenant).await? {
+        let session = summary.session_id;
+        match check_sealed(backends, tenant, &session).await {
+            Ok(sealed_events) => {
+                let entry = pending_entry(tenant, &session, requested_by);
+                ring.store().record_forget(&entry).await?;
+                begun.push((entry, sealed_events));
+            }
+            Err(Error::Invalid(why)) => report.not_forgettable.push(NotForgettable {
+                session_id: session,
+                why,
+            }),
+            Err(e) => return Err(e),
+        }
+    }
+    let mut destroyed = Vec::with_capacity(begun.len());
+    for (entry, _) in &begun {
+        let session = entry.session_id.as_deref().unwrap_or_default();
+        destroyed.push(ring.destroy_session_key(tenant, session).await?);
+    }
+    if consumers_running && !begun.is_empty() {
+        settle(backends).await?;
+    }
+    for ((mut entry, sealed_events), key_destroyed) in begun.into_iter().zip(destroyed) {
+        let mut done = carry_out(backends, ring, other_sets, &mut entry, false).await?;
+        done.sealed_events = sealed_events;
+        done.key_destroyed = key_destroyed;
+        report.sessions.push(done);
+    }
+    let now = strata_store::now_utc();
+    for key in backends.store.api_keys(Some(tenant)).await? {
+        if key.revoked_at.is_none() && backends.store.revoke_api_key(&key.key_id, &now).await? {
+            report.api_keys_revoked += 1;
+        }
+    }
     Ok(report)
 }
 
