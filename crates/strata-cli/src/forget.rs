@@ -8,11 +8,19 @@ use strata_runtime::Backends;
 #[derive(Debug, clap::Args)]
 pub(crate) struct ForgetArgs {
     /// The session to forget (its subagents' sessions are their own: forget them too).
-    #[arg(long, required_unless_present_any = ["resume", "audit", "whole_tenant"])]
+    #[arg(long, required_unless_present_any = ["resume", "audit", "whole_tenant", "user"])]
     pub(crate) session: Option<String>,
+    /// Forget every session of --tenant that serves this end user (its `SessionStarted` names
+    /// the user), with the memories they were the source of, instead.
+    #[arg(long, requires = "tenant", conflicts_with_all = ["session", "resume", "audit"])]
+    pub(crate) user: Option<String>,
     /// Forget every session of this tenant and revoke its API keys, instead. Named apart from
     /// --tenant so that a missing --session can never widen a forget to a whole tenant.
-    #[arg(long, value_name = "TENANT", conflicts_with_all = ["session", "tenant", "resume", "audit"])]
+    #[arg(
+        long,
+        value_name = "TENANT",
+        conflicts_with_all = ["session", "tenant", "user", "resume", "audit"]
+    )]
     pub(crate) whole_tenant: Option<String>,
     /// Tenant of the session [default: on the embedded default, the only tenant that has the
     /// session; else dev].
@@ -70,6 +78,27 @@ pub(crate) async fn run(
     if !names.is_empty() {
         eprintln!("also in the older projection sets: {}", names.join(", "));
     }
+    if let (Some(user), Some(tenant)) = (&args.user, &args.tenant) {
+        let report = forget::forget_user(
+            backends,
+            &other_sets,
+            tenant,
+            user,
+            &args.requested_by,
+            consumers_running,
+        )
+        .await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            report.sessions.iter().for_each(print_report);
+            println!(
+                "user {user} of tenant {tenant}: {} session(s) forgotten",
+                report.sessions.len()
+            );
+        }
+        return refuse_if_any_left(&report.tenant_id, &report.not_forgettable);
+    }
     if let Some(tenant) = &args.whole_tenant {
         let report = forget::forget_tenant(
             backends,
@@ -112,9 +141,7 @@ fn print_tenant_report(report: &TenantForgetReport, json: bool) -> anyhow::Resul
     if json {
         println!("{}", serde_json::to_string_pretty(report)?);
     } else {
-        for r in &report.sessions {
-            print_report(r);
-        }
+        report.sessions.iter().for_each(print_report);
         println!(
             "tenant {}: {} session(s) forgotten, {} API key(s) revoked",
             report.tenant_id,
@@ -122,17 +149,21 @@ fn print_tenant_report(report: &TenantForgetReport, json: bool) -> anyhow::Resul
             report.api_keys_revoked
         );
     }
-    if !report.not_forgettable.is_empty() {
-        for n in &report.not_forgettable {
-            eprintln!("not forgotten: session {}: {}", n.session_id, n.why);
-        }
-        anyhow::bail!(
-            "{} session(s) of tenant {} could not be forgotten (listed above)",
-            report.not_forgettable.len(),
-            report.tenant_id
-        );
+    refuse_if_any_left(&report.tenant_id, &report.not_forgettable)
+}
+
+/// A forget of many sessions that left some as they were fails, naming them.
+fn refuse_if_any_left(tenant: &str, left: &[forget::NotForgettable]) -> anyhow::Result<()> {
+    if left.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    for n in left {
+        eprintln!("not forgotten: session {}: {}", n.session_id, n.why);
+    }
+    anyhow::bail!(
+        "{} session(s) of tenant {tenant} could not be forgotten (listed above)",
+        left.len()
+    )
 }
 
 fn print_report(r: &ForgetReport) {

@@ -409,16 +409,18 @@ fn delete_over_http_forgets_the_tenants_session_while_strata_dev_serves() {
     assert!(contains(&all, "WEB-MARKER-KEPT"));
 }
 
-/// Two sessions of tenant `acme`, written by the team, with words of their own.
+/// Two sessions of tenant `acme`, written by the team, with words of their own: `acme-1`
+/// serves end user `u-1`, `acme-2` user `u-2`.
 fn acme_sessions() -> String {
     let mut lines = Vec::new();
-    for session in ["acme-1", "acme-2"] {
+    for (session, user) in [("acme-1", "u-1"), ("acme-2", "u-2")] {
         for (n, ty, payload) in [
             (
                 1,
                 "SessionStarted",
                 json!({"model": {"provider": "openai", "model": "gpt-4o"},
-                    "context_window_tokens": 32000, "reserved_output_tokens": 4000}),
+                    "context_window_tokens": 32000, "reserved_output_tokens": 4000,
+                    "user_id": user}),
             ),
             (
                 2,
@@ -491,4 +493,37 @@ fn a_whole_tenant_is_forgotten_and_the_other_tenants_are_untouched() {
     );
     let out = strata(&data, "", &["export", "acme-1", "--tenant", "acme"]);
     assert!(!out.status.success(), "acme-1 is gone");
+}
+
+#[test]
+fn an_end_user_is_forgotten_with_their_sessions_and_nobody_else() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let acme = dir.path().join("acme.jsonl");
+    std::fs::write(&acme, acme_sessions()).expect("write");
+    sealing::ok(&data, "", &["import", acme.to_str().expect("utf-8")]);
+
+    let out = strata(&data, "", &["forget", "--user", "u-1"]);
+    assert!(!out.status.success(), "--user needs --tenant");
+    let args = ["forget", "--user", "u-1", "--tenant", "acme", "--json"];
+    let report: Value = serde_json::from_str(&sealing::ok(&data, "", &args)).expect("json");
+    let forgotten: Vec<&str> = report["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .filter_map(|r| r["session_id"].as_str())
+        .collect();
+    assert_eq!(forgotten, ["acme-1"], "{report}");
+
+    let all = bytes_under(&data);
+    assert!(
+        !contains(&all, "ACME-MARKER-acme-1"),
+        "u-1's words are still there"
+    );
+    assert!(
+        contains(&all, "ACME-MARKER-acme-2"),
+        "u-2's session went too"
+    );
+    let out = strata(&data, "", &["export", "acme-2", "--tenant", "acme"]);
+    assert!(out.status.success(), "u-2's session is still there");
 }

@@ -126,11 +126,7 @@ pub struct NotForgettable {
 }
 
 /// Forgets every session of `tenant` (each with its audit entry, as [`forget_session`] does)
-/// and revokes its API keys. Every audit entry is written and every key destroyed before the
-/// services' trust in the keys is waited out, once, and the derived copies are deleted: a
-/// tenant of many sessions costs one wait, not one each. A session with events on the log in
-/// the clear is left as it was and reported; a run cut short is finished by [`resume_pending`],
-/// and running it again forgets what is left.
+/// and revokes its API keys ([`forget_sessions`]).
 pub async fn forget_tenant(
     backends: &Backends,
     other_sets: &[Arc<dyn ProjectionStore>],
@@ -138,14 +134,104 @@ pub async fn forget_tenant(
     requested_by: &str,
     consumers_running: bool,
 ) -> Result<TenantForgetReport> {
-    let ring = key_ring(backends)?;
+    let sessions = backends
+        .store
+        .sessions(tenant)
+        .await?
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    let forgot = forget_sessions(
+        backends,
+        other_sets,
+        tenant,
+        sessions,
+        requested_by,
+        consumers_running,
+    )
+    .await?;
     let mut report = TenantForgetReport {
         tenant_id: tenant.to_owned(),
-        ..TenantForgetReport::default()
+        sessions: forgot.sessions,
+        not_forgettable: forgot.not_forgettable,
+        api_keys_revoked: 0,
+    };
+    let now = strata_store::now_utc();
+    for key in backends.store.api_keys(Some(tenant)).await? {
+        if key.revoked_at.is_none() && backends.store.revoke_api_key(&key.key_id, &now).await? {
+            report.api_keys_revoked += 1;
+        }
+    }
+    Ok(report)
+}
+
+/// What forgetting a set of sessions did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SessionsForgotten {
+    pub tenant_id: String,
+    /// Each session forgotten.
+    pub sessions: Vec<ForgetReport>,
+    /// Sessions left as they were, and why: some of their events are on the log in the clear.
+    pub not_forgettable: Vec<NotForgettable>,
+}
+
+/// Forgets every session of `tenant` that serves end user `user` (its `SessionStarted` names
+/// the user), and with them the memories they were the source of ([`forget_sessions`]).
+pub async fn forget_user(
+    backends: &Backends,
+    other_sets: &[Arc<dyn ProjectionStore>],
+    tenant: &str,
+    user: &str,
+    requested_by: &str,
+    consumers_running: bool,
+) -> Result<SessionsForgotten> {
+    let mut sessions = Vec::new();
+    for summary in backends.store.sessions(tenant).await? {
+        let first = backends
+            .store
+            .events_between(tenant, &summary.session_id, 0, u64::MAX, 16)
+            .await?;
+        let serves = first.iter().find_map(|e| match &e.payload {
+            strata_core::payload::Payload::SessionStarted(p) => {
+                Some(strata_core::memory::user_of_start(p).as_deref() == Some(user))
+            }
+            _ => None,
+        });
+        if serves == Some(true) {
+            sessions.push(summary.session_id);
+        }
+    }
+    forget_sessions(
+        backends,
+        other_sets,
+        tenant,
+        sessions,
+        requested_by,
+        consumers_running,
+    )
+    .await
+}
+
+/// Forgets `sessions` of `tenant`, each with its audit entry as [`forget_session`] does. Every
+/// audit entry is written and every key destroyed before the services' trust in the keys is
+/// waited out, once, and the derived copies are deleted: many sessions cost one wait, not one
+/// each. A session with events on the log in the clear is left as it was and reported; a run
+/// cut short is finished by [`resume_pending`], and running it again forgets what is left.
+pub async fn forget_sessions(
+    backends: &Backends,
+    other_sets: &[Arc<dyn ProjectionStore>],
+    tenant: &str,
+    sessions: Vec<String>,
+    requested_by: &str,
+    consumers_running: bool,
+) -> Result<SessionsForgotten> {
+    let ring = key_ring(backends)?;
+    let mut report = SessionsForgotten {
+        tenant_id: tenant.to_owned(),
+        ..SessionsForgotten::default()
     };
     let mut begun = Vec::new();
-    for summary in backends.store.sessions(tenant).await? {
-        let session = summary.session_id;
+    for session in sessions {
         match check_sealed(backends, tenant, &session).await {
             Ok(sealed_events) => {
                 let entry = pending_entry(tenant, &session, requested_by);
@@ -172,12 +258,6 @@ pub async fn forget_tenant(
         done.sealed_events = sealed_events;
         done.key_destroyed = key_destroyed;
         report.sessions.push(done);
-    }
-    let now = strata_store::now_utc();
-    for key in backends.store.api_keys(Some(tenant)).await? {
-        if key.revoked_at.is_none() && backends.store.revoke_api_key(&key.key_id, &now).await? {
-            report.api_keys_revoked += 1;
-        }
     }
     Ok(report)
 }
