@@ -7,7 +7,7 @@ use strata_runtime::Backends;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ForgetArgs {
-    /// The session to forget (its subagents' sessions are their own: forget them too).
+    /// The session to forget (with the sessions of the subagents it started).
     #[arg(long, required_unless_present_any = ["resume", "audit", "whole_tenant", "user"])]
     pub(crate) session: Option<String>,
     /// Forget every session of --tenant that serves this end user (its `SessionStarted` names
@@ -183,4 +183,5 @@ fn print_report(r: &ForgetReport) {
         r.sets,
         r.artifacts_deleted
     );
+    r.subagents.iter().for_each(print_report);
 }

@@ -527,3 +527,64 @@ fn an_end_user_is_forgotten_with_their_sessions_and_nobody_else() {
     let out = strata(&data, "", &["export", "acme-2", "--tenant", "acme"]);
     assert!(out.status.success(), "u-2's session is still there");
 }
+
+/// A session that starts a subagent, and the subagent's own session, written by the team.
+fn parent_and_subagent() -> String {
+    let start = json!({"model": {"provider": "openai", "model": "gpt-4o"},
+        "context_window_tokens": 32000, "reserved_output_tokens": 4000});
+    [
+        ("parent", 1, "SessionStarted", start.clone()),
+        (
+            "parent",
+            2,
+            "UserPromptSubmitted",
+            json!({"message_id": "u1", "text": "PARENT-MARKER: audit the ledger"}),
+        ),
+        (
+            "parent",
+            3,
+            "SubagentStarted",
+            json!({"child_session_id": "child", "task": "read the ledger"}),
+        ),
+        ("child", 1, "SessionStarted", start),
+        (
+            "child",
+            2,
+            "UserPromptSubmitted",
+            json!({"message_id": "u1", "text": "CHILD-MARKER: the ledger's totals"}),
+        ),
+    ]
+    .iter()
+    .map(|(session, n, ty, payload)| {
+        json!({"event_id": format!("{session}-{n}"), "tenant_id": "dev", "session_id": session,
+            "timestamp": "2026-06-03T13:00:00Z", "type": ty, "payload": payload})
+        .to_string()
+    })
+    .collect::<Vec<_>>()
+    .join("\n")
+        + "\n"
+}
+
+#[test]
+fn a_subagents_session_is_forgotten_with_its_parent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let fixture = dir.path().join("parent.jsonl");
+    std::fs::write(&fixture, parent_and_subagent()).expect("write");
+    sealing::ok(&data, "", &["import", fixture.to_str().expect("utf-8")]);
+    assert!(contains(&bytes_under(&data), "CHILD-MARKER"));
+
+    let args = ["forget", "--session", "parent", "--json"];
+    let reports: Value = serde_json::from_str(&sealing::ok(&data, "", &args)).expect("json");
+    let report = &reports[0];
+    assert_eq!(report["session_id"], "parent", "{reports}");
+    assert_eq!(report["subagents"][0]["session_id"], "child", "{reports}");
+
+    let all = bytes_under(&data);
+    for marker in ["PARENT-MARKER", "CHILD-MARKER"] {
+        assert!(
+            !contains(&all, marker),
+            "{marker} is still in the data directory"
+        );
+    }
+}

@@ -38,6 +38,9 @@ pub struct ForgetReport {
     pub sets: u64,
     /// Artifact blobs deleted (those no other session of the tenant refers to).
     pub artifacts_deleted: u64,
+    /// The sessions of the subagents it started (and theirs), forgotten with it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<ForgetReport>,
 }
 
 /// The projection sets besides the live one (older rebuild generations, which hold the session
@@ -84,12 +87,97 @@ pub async fn forget_session(
     consumers_running: bool,
 ) -> Result<ForgetReport> {
     let ring = key_ring(backends)?;
+    let subagents = subagent_sessions(backends, tenant, session).await?;
+    if !subagents.is_empty() {
+        return forget_with_subagents(
+            backends,
+            other_sets,
+            tenant,
+            session,
+            subagents,
+            requested_by,
+            consumers_running,
+        )
+        .await;
+    }
     let sealed_events = check_sealed(backends, tenant, session).await?;
     let mut entry = pending_entry(tenant, session, requested_by);
     ring.store().record_forget(&entry).await?;
     let mut report = carry_out(backends, ring, other_sets, &mut entry, consumers_running).await?;
     report.sealed_events = sealed_events;
     Ok(report)
+}
+
+/// Forgets `session` and the `subagents` sessions it started, together: refused with nothing
+/// changed when any of them has events on the log in the clear.
+async fn forget_with_subagents(
+    backends: &Backends,
+    other_sets: &[Arc<dyn ProjectionStore>],
+    tenant: &str,
+    session: &str,
+    subagents: Vec<String>,
+    requested_by: &str,
+    consumers_running: bool,
+) -> Result<ForgetReport> {
+    let all: Vec<String> = std::iter::once(session.to_owned())
+        .chain(subagents)
+        .collect();
+    for s in &all {
+        check_sealed(backends, tenant, s)
+            .await
+            .map_err(|e| match e {
+                Error::Invalid(why) if s != session => {
+                    Error::Invalid(format!("its subagent's session {s}: {why}"))
+                }
+                e => e,
+            })?;
+    }
+    let forgot = forget_sessions(
+        backends,
+        other_sets,
+        tenant,
+        all,
+        requested_by,
+        consumers_running,
+    )
+    .await?;
+    let mut reports = forgot.sessions.into_iter();
+    let mut report = reports
+        .next()
+        .ok_or_else(|| Error::Invalid(format!("session {session} was not forgotten")))?;
+    report.subagents = reports.collect();
+    Ok(report)
+}
+
+/// The sessions of the subagents `session` started (`SubagentStarted`), and of theirs, that are
+/// projected, each once.
+async fn subagent_sessions(
+    backends: &Backends,
+    tenant: &str,
+    session: &str,
+) -> Result<Vec<String>> {
+    let mut found: Vec<String> = Vec::new();
+    let mut next = vec![session.to_owned()];
+    while let Some(parent) = next.pop() {
+        for event in backends
+            .store
+            .events_through(tenant, &parent, u64::MAX)
+            .await?
+        {
+            let strata_core::payload::Payload::SubagentStarted(p) = &event.payload else {
+                continue;
+            };
+            let child = &p.child_session_id;
+            if child == session || found.contains(child) {
+                continue;
+            }
+            if backends.store.session_fold(tenant, child).await?.is_some() {
+                found.push(child.clone());
+                next.push(child.clone());
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// The audit entry of a forget about to begin: pending, with the session's id.
