@@ -1,11 +1,165 @@
-//! Forgets a crash cut short, finished when the service that serves `DELETE /v1/sessions/{id}`
-//! starts (`docs/design/forgetting.md`): a destroyed key with derived copies still in place is
-//! not left for an operator to notice.
+//! Forgetting over HTTP (`docs/design/forgetting.md`), and the forgets a crash cut short,
+//! finished when the service starts: a destroyed key with derived copies still in place is not
+//! left for an operator to notice.
+//!
+//! A tenant's API key forgets its own sessions and end users; forgetting a whole tenant, or an
+//! end user of any tenant, takes the deployment's admin key. Each answers once it is done (after
+//! at least 5 s: the services beside this one may trust a cached key that long, and are waited
+//! out, once per request).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use strata_replay::forget;
-use strata_runtime::Backends;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::delete;
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::{json, Value};
+use strata_replay::forget::{self, NotForgettable};
+use strata_runtime::{auth, ApiError, Backends};
+use strata_store::ProjectionStore;
+
+use crate::http::{store_error, tenant};
+use crate::Assembler;
+
+/// The forget routes.
+pub(crate) fn routes(assembler: Assembler) -> Router {
+    Router::new()
+        .route("/v1/sessions/{session}", delete(forget_session))
+        .route("/v1/users/{user}", delete(forget_own_user))
+        .route("/v1/tenants/{tenant}", delete(forget_tenant))
+        .route("/v1/tenants/{tenant}/users/{user}", delete(forget_user))
+        .with_state(assembler)
+}
+
+/// `DELETE /v1/sessions/{session}`: forgets the session of the key's tenant for real: its data
+/// key destroyed, every derived copy deleted, an audit entry written; its subagents' sessions
+/// with it.
+async fn forget_session(
+    State(a): State<Assembler>,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&a, &headers).await?;
+    let backends = a.backends();
+    if backends
+        .store
+        .session_fold(&tenant, &session)
+        .await
+        .map_err(store_error)?
+        .is_none()
+    {
+        return Err(ApiError::not_found(format!(
+            "session {session:?} not found"
+        )));
+    }
+    let sets = other_sets(backends).await?;
+    let requested_by = format!("an api key of tenant {tenant}");
+    forget::forget_session(backends, &sets, &tenant, &session, &requested_by, true)
+        .await
+        .map(|report| Json(json!(report)))
+        .map_err(forget_error)
+}
+
+/// `DELETE /v1/users/{user}`: forgets every session of the key's tenant that serves end user
+/// `user`, and the memories they were the source of.
+async fn forget_own_user(
+    State(a): State<Assembler>,
+    Path(user): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&a, &headers).await?;
+    let requested_by = format!("an api key of tenant {tenant}");
+    user_forgotten(&a, &tenant, &user, &requested_by).await
+}
+
+/// `DELETE /v1/tenants/{tenant}/users/{user}` (admin key): [`forget_own_user`] for any tenant.
+async fn forget_user(
+    State(a): State<Assembler>,
+    Path((tenant, user)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    admin(&a, &headers).await?;
+    user_forgotten(&a, &tenant, &user, "the admin key").await
+}
+
+async fn user_forgotten(
+    a: &Assembler,
+    tenant: &str,
+    user: &str,
+    requested_by: &str,
+) -> Result<Json<Value>, ApiError> {
+    let backends = a.backends();
+    let sets = other_sets(backends).await?;
+    let report = forget::forget_user(backends, &sets, tenant, user, requested_by, true)
+        .await
+        .map_err(forget_error)?;
+    answer(&report, &report.not_forgettable)
+}
+
+/// `DELETE /v1/tenants/{tenant}` (admin key): forgets every session of the tenant and revokes
+/// its API keys.
+async fn forget_tenant(
+    State(a): State<Assembler>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    admin(&a, &headers).await?;
+    let backends = a.backends();
+    let sets = other_sets(backends).await?;
+    let report = forget::forget_tenant(backends, &sets, &tenant, "the admin key", true)
+        .await
+        .map_err(forget_error)?;
+    answer(&report, &report.not_forgettable)
+}
+
+async fn admin(a: &Assembler, headers: &HeaderMap) -> Result<(), ApiError> {
+    let store = a.backends().store.as_ref();
+    auth::authenticate_admin(a.options().admin_key.as_ref(), store, headers).await
+}
+
+/// The report; 409 `not_forgettable` with the report as details when some sessions could not
+/// be forgotten (the rest were).
+fn answer<R: Serialize>(report: &R, left: &[NotForgettable]) -> Result<Json<Value>, ApiError> {
+    let report = json!(report);
+    if left.is_empty() {
+        return Ok(Json(report));
+    }
+    let names: Vec<&str> = left.iter().map(|n| n.session_id.as_str()).collect();
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "not_forgettable",
+        format!(
+            "{} session(s) have events on the log in the clear (written while sealing was off) \
+             and were left as they were: {}; every other session was forgotten (details)",
+            left.len(),
+            names.join(", ")
+        ),
+    )
+    .with_details(report))
+}
+
+/// The projection sets besides the live one (older rebuild generations).
+async fn other_sets(backends: &Backends) -> Result<Vec<Arc<dyn ProjectionStore>>, ApiError> {
+    Ok(forget::older_projection_sets(backends)
+        .await
+        .map_err(|e| ApiError::internal(&e))?
+        .into_iter()
+        .map(|(_, store)| store)
+        .collect())
+}
+
+fn forget_error(e: strata_replay::Error) -> ApiError {
+    match e {
+        // Not sealed (or partly in the clear): nothing was changed, and it cannot be by retrying.
+        strata_replay::Error::Invalid(why) => {
+            ApiError::new(StatusCode::CONFLICT, "not_forgettable", why)
+        }
+        e @ strata_replay::Error::Pending(_) => ApiError::unavailable(e.to_string()),
+        e => ApiError::internal(&e),
+    }
+}
 
 /// First wait before trying again while the projector has not reached the log's end.
 const FIRST_RETRY: Duration = Duration::from_secs(1);

@@ -21,7 +21,7 @@ use crate::{Assembler, ContextRequest, Error};
 pub fn routes(assembler: Assembler) -> Router {
     Router::new()
         .route("/v1/sessions", get(list_sessions))
-        .route("/v1/sessions/{session}", get(resume).delete(forget))
+        .route("/v1/sessions/{session}", get(resume))
         .route("/v1/sessions/{session}/context", post(context))
         .route("/v1/sessions/{session}/state", get(state))
         .route("/v1/sessions/{session}/events", get(events))
@@ -30,6 +30,7 @@ pub fn routes(assembler: Assembler) -> Router {
         .route("/v1/artifacts/{sha256}", get(artifact))
         .route("/v1/openapi.yaml", get(openapi))
         .with_state(assembler.clone())
+        .merge(crate::forgets::routes(assembler.clone()))
         .merge(strata_runtime::admin::admin_routes_hot_optional(
             assembler.backends().clone(),
         ))
@@ -46,13 +47,13 @@ async fn openapi(State(a): State<Assembler>, headers: HeaderMap) -> Result<Respo
     Ok(([(header::CONTENT_TYPE, "application/yaml")], OPENAPI_YAML).into_response())
 }
 
-async fn tenant(a: &Assembler, headers: &HeaderMap) -> Result<String, ApiError> {
+pub(crate) async fn tenant(a: &Assembler, headers: &HeaderMap) -> Result<String, ApiError> {
     Ok(auth::authenticate(a.backends().store.as_ref(), headers)
         .await?
         .0)
 }
 
-fn store_error(e: strata_store::Error) -> ApiError {
+pub(crate) fn store_error(e: strata_store::Error) -> ApiError {
     ApiError::internal(&e)
 }
 
@@ -233,55 +234,6 @@ async fn resume(
         .await
         .map_err(store_error)?;
     Ok(Json(crate::resume::view(&fold, main.as_ref(), &heads)))
-}
-
-/// `DELETE /v1/sessions/{session}`: forgets the session of the key's tenant for real
-/// (`docs/design/forgetting.md`): its data key destroyed, every derived copy deleted, an audit
-/// entry written. Answers once it is done (after at least 5 s: the services beside this one may
-/// trust a cached key that long, and are waited out).
-async fn forget(
-    State(a): State<Assembler>,
-    Path(session): Path<String>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&a, &headers).await?;
-    let backends = a.backends();
-    if backends
-        .store
-        .session_fold(&tenant, &session)
-        .await
-        .map_err(store_error)?
-        .is_none()
-    {
-        return Err(ApiError::not_found(format!(
-            "session {session:?} not found"
-        )));
-    }
-    let sets: Vec<_> = strata_replay::forget::older_projection_sets(backends)
-        .await
-        .map_err(|e| ApiError::internal(&e))?
-        .into_iter()
-        .map(|(_, store)| store)
-        .collect();
-    let requested_by = format!("an api key of tenant {tenant}");
-    match strata_replay::forget::forget_session(
-        backends,
-        &sets,
-        &tenant,
-        &session,
-        &requested_by,
-        true,
-    )
-    .await
-    {
-        Ok(report) => Ok(Json(json!(report))),
-        // Not sealed (or partly in the clear): nothing was changed, and it cannot be by retrying.
-        Err(strata_replay::Error::Invalid(why)) => {
-            Err(ApiError::new(StatusCode::CONFLICT, "not_forgettable", why))
-        }
-        Err(e @ strata_replay::Error::Pending(_)) => Err(ApiError::unavailable(e.to_string())),
-        Err(e) => Err(ApiError::internal(&e)),
-    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -64,6 +64,8 @@ pub struct AssemblerOptions {
     /// The context size to aim for when a request names none (see
     /// [`AssemblyRequest::target_tokens`]); `None`: the policy's own sizes.
     pub target_tokens: Option<u64>,
+    /// The deployment's admin credential (the cross-tenant routes); `None`: they are refused.
+    pub admin_key: Option<strata_runtime::auth::AdminKey>,
 }
 
 impl Default for AssemblerOptions {
@@ -76,6 +78,7 @@ impl Default for AssemblerOptions {
             confidential_providers: BTreeMap::new(),
             rehydrate_max_bytes: strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES,
             target_tokens: None,
+            admin_key: None,
         }
     }
 }
@@ -285,6 +288,10 @@ impl Assembler {
             tokens: Arc::new(CachedCounter::new(O200k, TOKEN_CACHE_ENTRIES)),
             evaluations: Arc::new(tokio::sync::Semaphore::new(1)),
         }
+    }
+
+    pub fn options(&self) -> &AssemblerOptions {
+        &self.options
     }
 
     pub fn backends(&self) -> &Backends {

@@ -17,6 +17,7 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     let backends = Backends::open(opts, "strata dev").await?;
     let key = auth::ensure_dev_key(backends.store.as_ref(), &backends.data_dir).await?;
+    let admin_key = auth::admin_key(opts)?;
     let caught_up = strata_projector::catch_up(&backends).await?;
     tracing::info!(events = caught_up, "projections caught up with the log");
 
@@ -55,7 +56,10 @@ pub(crate) async fn run(
     let assembler = Assembler::new(
         backends.clone(),
         ingestor.clone(),
-        policy.apply(AssemblerOptions::default()),
+        policy.apply(AssemblerOptions {
+            admin_key,
+            ..AssemblerOptions::default()
+        }),
     );
     assembler.warm().await;
     let router = strata_ingest::http::routes(ingestor.clone())
@@ -65,6 +69,14 @@ pub(crate) async fn run(
     println!("strata dev listening on http://{listen} (the inspector: http://{listen}/ui)");
     println!("data directory: {}", backends.data_dir.display());
     println!("dev api key (tenant {}): {key}", auth::DEV_TENANT);
+    match &opts.admin_key_file {
+        Some(path) => println!("admin key: the one in {}", path.display()),
+        None if opts.uses_data_dir() => println!(
+            "admin key (forgets tenants): in {}",
+            backends.data_dir.join(auth::ADMIN_KEY_FILE).display()
+        ),
+        None => println!("no admin key: the cross-tenant routes are refused"),
+    }
     let shutdown = async move {
         strata_runtime::shutdown_signal().await;
         let _ = stop_tx.send(true);

@@ -588,3 +588,85 @@ fn a_subagents_session_is_forgotten_with_its_parent() {
         );
     }
 }
+
+#[test]
+fn tenants_and_end_users_are_forgotten_over_http_with_the_right_credential() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    sealing::ok(&data, "", &["demo"]);
+    let acme = dir.path().join("acme.jsonl");
+    std::fs::write(&acme, acme_sessions()).expect("write");
+    sealing::ok(&data, "", &["import", acme.to_str().expect("utf-8")]);
+    let acme_key = sealing::ok(&data, "", &["keys", "create", "--tenant", "acme"]);
+    let acme_key = Some(acme_key.trim());
+    let (mut dev, port, dev_key) = start_dev(&data, "");
+    let dev_key = Some(dev_key.as_str());
+    let admin_key = std::fs::read_to_string(data.join("admin-api-key")).expect("an admin key");
+    let admin_key = Some(admin_key.trim());
+    let context = || {
+        let path = "/v1/sessions/demo-invoice-fix/context";
+        let (status, body) = http(port, "POST", path, dev_key, "");
+        assert_eq!(status, 200, "{body}");
+        body["payload"].clone()
+    };
+    let before = context();
+
+    // A tenant's key reaches its own end users, never a whole tenant or another tenant's user.
+    for (key, path) in [
+        (dev_key, "/v1/tenants/acme"),
+        (acme_key, "/v1/tenants/acme"),
+        (dev_key, "/v1/tenants/acme/users/u-1"),
+    ] {
+        let (status, body) = http(port, "DELETE", path, key, "");
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("admin key")));
+    }
+    assert_eq!(http(port, "DELETE", "/v1/tenants/acme", None, "").0, 401);
+    let wrong = Some("sa_0000000000000000000000000000000000000000");
+    assert_eq!(http(port, "DELETE", "/v1/tenants/acme", wrong, "").0, 401);
+    let (status, report) = http(port, "DELETE", "/v1/users/u-1", dev_key, "");
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(
+        report["sessions"],
+        json!([]),
+        "dev has no user u-1: {report}"
+    );
+
+    let (status, report) = http(port, "DELETE", "/v1/users/u-1", acme_key, "");
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["sessions"][0]["session_id"], "acme-1", "{report}");
+    assert_eq!(
+        http(port, "GET", "/v1/sessions/acme-1", acme_key, "").0,
+        404
+    );
+    assert_eq!(
+        http(port, "GET", "/v1/sessions/acme-2", acme_key, "").0,
+        200
+    );
+
+    let (status, report) = http(port, "DELETE", "/v1/tenants/acme", admin_key, "");
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["sessions"][0]["session_id"], "acme-2", "{report}");
+    assert_eq!(report["api_keys_revoked"], 1, "{report}");
+    assert_eq!(
+        http(port, "GET", "/v1/sessions", acme_key, "").0,
+        401,
+        "the key is revoked"
+    );
+    let (status, report) = http(port, "DELETE", "/v1/tenants/acme/users/u-2", admin_key, "");
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["sessions"], json!([]), "forgotten already: {report}");
+    assert_eq!(context(), before, "another tenant's context changed");
+
+    let _ = Command::new("kill").arg(dev.id().to_string()).status();
+    let _ = dev.wait();
+    let all = bytes_under(&data);
+    for marker in ["ACME-MARKER-acme-1", "ACME-MARKER-acme-2", "our payroll"] {
+        assert!(
+            !contains(&all, marker),
+            "{marker} is still in the data directory"
+        );
+    }
+}

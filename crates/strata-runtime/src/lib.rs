@@ -51,6 +51,9 @@ pub enum Error {
     /// The data directory is locked by another process, or cannot be locked.
     #[error("{0}")]
     Locked(String),
+    /// The admin credential file cannot be used.
+    #[error("{0}")]
+    AdminKey(String),
     #[error("i/o error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -72,7 +75,11 @@ impl Error {
             Error::Keys(e) => e.is_transient(),
             // Opening a blob store does not contact it: what fails here is its URL or its local
             // directory (an unreachable S3 shows in `/readyz`, whose ping does contact it).
-            Error::Blob(_) | Error::Sealing(_) | Error::Locked(_) | Error::Io { .. } => false,
+            Error::Blob(_)
+            | Error::Sealing(_)
+            | Error::Locked(_)
+            | Error::AdminKey(_)
+            | Error::Io { .. } => false,
         }
     }
 }
@@ -125,6 +132,11 @@ pub struct BackendOpts {
     /// when it seals and no key was wrapped yet].
     #[arg(long, global = true, env = "STRATA_MASTER_KEY_FILE")]
     pub master_key_file: Option<PathBuf>,
+    /// The deployment's admin credential, a file holding one key: it authenticates the routes
+    /// that act across tenants (`DELETE /v1/tenants/{t}`), which no tenant's API key can call
+    /// [default: DATA_DIR/admin-api-key, made by the embedded default; none on servers].
+    #[arg(long, global = true, env = "STRATA_ADMIN_KEY_FILE")]
+    pub admin_key_file: Option<PathBuf>,
 }
 
 /// Whether new events are sealed on the log.
@@ -147,6 +159,7 @@ impl Default for BackendOpts {
             seal: None,
             keys_url: None,
             master_key_file: None,
+            admin_key_file: None,
         }
     }
 }

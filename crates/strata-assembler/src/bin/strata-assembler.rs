@@ -35,6 +35,7 @@ struct Opts {
 async fn main() -> anyhow::Result<()> {
     let _telemetry = strata_runtime::telemetry::init_tracing("info");
     let opts = Opts::parse();
+    let admin_key = strata_runtime::auth::admin_key(&opts.backends)?;
     // The port answers at once: 503 until the backends are open (see strata_runtime::startup).
     let service = Service::bind(opts.listen, "strata-assembler").await?;
     let Some(backends) = service.open_backends(&opts.backends).await? else {
@@ -56,6 +57,7 @@ async fn main() -> anyhow::Result<()> {
         opts.policy.apply(AssemblerOptions {
             max_projection_wait: std::time::Duration::from_millis(opts.max_projection_wait_ms),
             projector_group: opts.projector_group,
+            admin_key,
             ..AssemblerOptions::default()
         }),
     );
