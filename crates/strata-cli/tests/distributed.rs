@@ -412,6 +412,168 @@ fn forget_on_servers(
     assert!(left.is_none(), "the session's artifact is still in S3");
 }
 
+/// Sessions of tenant `people` written by the team: `p-1` serves end user `alice`, `p-2` `bob`;
+/// and `k-1` of tenant `kept`, whose context no forget of theirs may change.
+fn people_fixture(people: &str, kept: &str) -> String {
+    let mut lines = Vec::new();
+    for (tenant, session, user) in [
+        (people, "p-1", "alice"),
+        (people, "p-2", "bob"),
+        (kept, "k-1", "carol"),
+    ] {
+        let start = json!({"model": {"provider": "openai", "model": "gpt-4o"},
+            "context_window_tokens": 32000, "reserved_output_tokens": 4000, "user_id": user});
+        let prompt = json!({"message_id": "u1",
+            "text": format!("PEOPLE-MARKER-{session}: the payroll of {user}")});
+        for (n, ty, payload) in [
+            (1, "SessionStarted", start),
+            (2, "UserPromptSubmitted", prompt),
+        ] {
+            lines.push(
+                json!({"event_id": format!("{session}-{n}"), "tenant_id": tenant,
+                    "session_id": session, "timestamp": "2026-06-03T12:00:00Z", "type": ty,
+                    "payload": payload})
+                .to_string(),
+            );
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The payload `strata context` gives for `session`, once two answers in a row agree (the
+/// memory extractor derives asynchronously).
+fn settled_context(
+    data_dir: &Path,
+    backends: &[(&str, String)],
+    tenant: &str,
+    session: &str,
+) -> Value {
+    let args = ["context", session, "--tenant", tenant, "--json"];
+    let payload = || -> Value {
+        let out = strata(data_dir, backends, &args);
+        serde_json::from_slice::<Value>(&out.stdout).expect("context --json is JSON")["payload"]
+            .clone()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut last = payload();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let next = payload();
+        if next == last || std::time::Instant::now() > deadline {
+            return next;
+        }
+        last = next;
+    }
+}
+
+/// `strata forget --user` and `--whole-tenant` on the servers: the forgotten user's words, then
+/// the whole tenant's, are gone from a `pg_dump`, the tenant's Redis keys and the raw topic, stay
+/// gone after a rebuild, and the others' contexts are unchanged.
+fn forget_user_and_tenant_on_servers(
+    data_dir: &Path,
+    backends: &[(&str, String)],
+    db_url: &str,
+    redis: &str,
+    log_url: &str,
+) {
+    let people = unique("people");
+    let kept = unique("kept");
+    let file = data_dir.with_file_name("people.jsonl");
+    std::fs::write(&file, people_fixture(&people, &kept)).expect("write the fixture");
+    strata(
+        data_dir,
+        backends,
+        &["import", file.to_str().expect("utf-8")],
+    );
+    let bob = settled_context(data_dir, backends, &people, "p-2");
+    let carol = settled_context(data_dir, backends, &kept, "k-1");
+    let dump = || {
+        let out = Command::new("pg_dump")
+            .args(["--data-only", db_url])
+            .output()
+            .expect("run pg_dump");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let holds =
+        |bytes: &[u8], marker: &str| bytes.windows(marker.len()).any(|w| w == marker.as_bytes());
+    assert!(
+        holds(&dump(), "PEOPLE-MARKER-p-1"),
+        "the dump holds alice's session"
+    );
+
+    let args = ["forget", "--user", "alice", "--tenant", &people, "--json"];
+    let report: Value =
+        serde_json::from_slice(&strata(data_dir, backends, &args).stdout).expect("JSON");
+    assert_eq!(report["sessions"][0]["session_id"], "p-1", "{report}");
+    assert_eq!(
+        report["sessions"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    let after = dump();
+    assert!(
+        !holds(&after, "PEOPLE-MARKER-p-1"),
+        "alice's words are in the dump"
+    );
+    assert!(holds(&after, "PEOPLE-MARKER-p-2"), "bob's session went too");
+    assert_eq!(
+        settled_context(data_dir, backends, &people, "p-2"),
+        bob,
+        "bob's context changed"
+    );
+
+    let args = ["forget", "--whole-tenant", &people, "--json"];
+    let report: Value =
+        serde_json::from_slice(&strata(data_dir, backends, &args).stdout).expect("JSON");
+    assert_eq!(report["sessions"][0]["session_id"], "p-2", "{report}");
+    assert_eq!(report["not_forgettable"], json!([]), "{report}");
+    // A rebuild reads the log again: the destroyed keys leave nothing of theirs to project.
+    let out = strata(data_dir, backends, &["rebuild", "--json"]);
+    let rebuilt: Value = serde_json::from_slice(&out.stdout).expect("rebuild --json is JSON");
+    assert_eq!(rebuilt["switched"], true, "{rebuilt}");
+    let after = dump();
+    for marker in ["PEOPLE-MARKER-p-1", "PEOPLE-MARKER-p-2", "payroll of bob"] {
+        assert!(
+            !holds(&after, marker),
+            "pg_dump holds {marker:?} after the forget and a rebuild"
+        );
+    }
+    assert!(
+        holds(&after, "PEOPLE-MARKER-k-1"),
+        "the other tenant is still there"
+    );
+    assert_eq!(
+        settled_context(data_dir, backends, &kept, "k-1"),
+        carol,
+        "another tenant's context changed"
+    );
+    let keys = Command::new("redis-cli")
+        .args(["-u", redis, "--scan", "--pattern", &format!("*{people}*")])
+        .output()
+        .expect("run redis-cli");
+    for key in String::from_utf8_lossy(&keys.stdout).lines() {
+        let value = Command::new("redis-cli")
+            .args(["-u", redis, "--raw", "DUMP", key])
+            .output()
+            .expect("run redis-cli");
+        assert!(
+            !holds(&value.stdout, "PEOPLE-MARKER"),
+            "redis key {key} holds the tenant's words"
+        );
+    }
+    for record in raw_topic(log_url) {
+        assert!(
+            !holds(&record, "PEOPLE-MARKER"),
+            "a record of the topic holds the words in the clear"
+        );
+    }
+}
+
 /// Every record of the log at `url`, from offset 0, as its bytes.
 fn raw_topic(url: &str) -> Vec<Vec<u8>> {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -520,6 +682,7 @@ fn distributed_backends_give_the_same_context_as_the_embedded_default() {
         contexts.push(v);
         if services.is_some() {
             forget_on_servers(data_dir, &backends, &tenant, &db_url, &redis);
+            forget_user_and_tenant_on_servers(data_dir, &backends, &db_url, &redis, &log_url);
         }
         drop(services);
     }
