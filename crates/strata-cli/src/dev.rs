@@ -68,7 +68,6 @@ pub(crate) async fn run(
 
     println!("strata dev listening on http://{listen} (the inspector: http://{listen}/ui)");
     println!("data directory: {}", backends.data_dir.display());
-    println!("dev api key (tenant {}): {key}", auth::DEV_TENANT);
     match &opts.admin_key_file {
         Some(path) => println!("admin key: the one in {}", path.display()),
         None if opts.uses_data_dir() => println!(
@@ -77,6 +76,8 @@ pub(crate) async fn run(
         ),
         None => println!("no admin key: the cross-tenant routes are refused"),
     }
+    // Last: a client may stop reading once it has the key.
+    println!("dev api key (tenant {}): {key}", auth::DEV_TENANT);
     let shutdown = async move {
         strata_runtime::shutdown_signal().await;
         let _ = stop_tx.send(true);
