@@ -985,9 +985,11 @@ fn one_selection_aims_at_the_target_and_keeps_what_the_next_step_needs() {
         first.is_none_or(|r| r.starts_with("[output left out")),
         "{first:?}"
     );
-    // The model's own words about the fix, and the failing assertion's names, are chosen.
+    // The model's own words about the fix are chosen. The failing assertion was fixed 70 steps
+    // ago: at this target newer lines outrank it, and with more room its names come back.
     assert!(text.contains("The default encoding of `parse_header` is wrong"));
-    assert!(text.contains("tests/test_parser.py:88"));
+    let roomier = text_of(&select(&snapshot, POLICY_VERSION_SELECT, Some(12_000)));
+    assert!(roomier.contains("tests/test_parser.py:88"));
     // Every left-out piece is recorded with the tokens it saved.
     assert!(chosen
         .assembly

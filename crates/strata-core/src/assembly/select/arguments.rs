@@ -77,6 +77,6 @@ mod tests {
         let cut: Value = serde_json::from_str(&rebuild(&args, &keep)).expect("valid JSON");
         assert_eq!(cut["file_path"], "src/a.py");
         assert_eq!(cut["n"], 3);
-        assert_eq!(cut["content"], "[… 2 lines …]\nthree\n");
+        assert_eq!(cut["content"], "[…]\nthree\n");
     }
 }

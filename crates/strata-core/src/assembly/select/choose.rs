@@ -151,8 +151,8 @@ fn cost(p: &Piece, li: usize, messages: &Messages, keep: &[bool]) -> f64 {
     p.lines[li].tokens + messages.opening(p.message) + f64::from(gaps) * GAP_TOKENS
 }
 
-/// What a gap marker (`[… N lines …]`) costs.
-const GAP_TOKENS: f64 = 7.0;
+/// What a gap marker ([`super::gaps::GAP_MARKER`]) costs.
+const GAP_TOKENS: f64 = 2.0;
 
 /// Which messages of the history are sent (have a line chosen), and what opening one costs.
 pub(super) struct Messages {
@@ -212,9 +212,33 @@ impl Ord for Candidate {
     }
 }
 
+/// How often, and how recently, the history used a name.
+struct Use {
+    /// Steps since the newest piece that used it.
+    age: u32,
+    /// Pieces that used it.
+    pieces: u32,
+    last_piece: usize,
+}
+
+impl Use {
+    fn seen(&mut self, piece: usize, age: u32) {
+        self.age = self.age.min(age);
+        if self.last_piece != piece {
+            self.pieces += 1;
+            self.last_piece = piece;
+        }
+    }
+}
+
+/// Pieces a name must appear in to weigh half of what a name used everywhere weighs: a name
+/// the history used once (one entry of a listing, a value of a dump) is rarely the one the
+/// next action names.
+const REPEAT_HALF: f64 = 8.0;
+
 /// What a name is worth to the next action: by how recently the history used it (steps since
-/// it last did, decaying to a floor), double when the newest steps' words and calls use it; and
-/// what a line's source is worth in this session.
+/// it last did, decaying to a floor), by how many of its pieces used it, double when the newest
+/// steps' words and calls use it; and what a line's source is worth in this session.
 struct Weights {
     of: TermMap<f64>,
     /// What each source of a line is worth, learned from this session ([`Sources`]).
@@ -223,25 +247,32 @@ struct Weights {
 
 impl Weights {
     fn of(history: &History<'_>) -> Self {
-        let mut last_used: TermMap<u32> = TermMap::default();
+        let mut used: TermMap<Use> = TermMap::default();
         let mut focus = TermSet::default();
-        for p in &history.pieces {
+        for (pi, p) in history.pieces.iter().enumerate() {
             let own = matches!(p.part, Part::Words | Part::Arguments(_));
             for &(t, _) in p.lines.iter().flat_map(|l| l.terms.iter()) {
-                let age = last_used.entry(t).or_insert(p.age);
-                *age = (*age).min(p.age);
+                used.entry(t)
+                    .or_insert(Use {
+                        age: p.age,
+                        pieces: 0,
+                        last_piece: usize::MAX,
+                    })
+                    .seen(pi, p.age);
                 if own && p.age < FOCUS_STEPS {
                     focus.insert(t);
                 }
             }
         }
-        let of = last_used
+        let of = used
             .into_iter()
-            .map(|(t, age)| {
+            .map(|(t, u)| {
                 let recency =
-                    NAME_FLOOR + (1.0 - NAME_FLOOR) * NAME_DECAY.powi(age.min(400) as i32);
+                    NAME_FLOOR + (1.0 - NAME_FLOOR) * NAME_DECAY.powi(u.age.min(400) as i32);
                 let focus = if focus.contains(&t) { 2.0 } else { 1.0 };
-                (t, recency * focus)
+                let pieces = f64::from(u.pieces);
+                let repeated = pieces / (pieces + REPEAT_HALF);
+                (t, recency * focus * repeated)
             })
             .collect();
         Self {

@@ -263,7 +263,7 @@ fn shown_text(p: &Piece, keep: &[bool]) -> String {
     if keep.iter().all(|&k| k) {
         return p.whole.clone().unwrap_or_else(|| p.text.clone());
     }
-    let lines = p.lines.len();
+    let lines = p.text.split_inclusive('\n').count();
     if !keep.iter().any(|&k| k) {
         return placeholder(p, lines);
     }

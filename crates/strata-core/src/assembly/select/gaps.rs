@@ -1,5 +1,7 @@
 //! How a text cut to some of its lines marks what it leaves out: each run of left-out lines
-//! as one `[… N lines …]` line, so that the model knows the text has gaps.
+//! as one `[…]` line, so that the model knows the text has gaps. The marker is as short as a
+//! marker can be (2 tokens): a cut context has hundreds, and a count of the lines left out told
+//! the model nothing it acts on at three times the price.
 
 /// The kept lines in order, each run of left-out ones marked as a gap.
 pub(super) fn kept_lines<'a>(lines: impl Iterator<Item = (&'a str, bool)>) -> String {
@@ -25,5 +27,8 @@ fn push_gap(out: &mut String, gap: usize) {
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
     }
-    out.push_str(&format!("[… {gap} lines …]\n"));
+    out.push_str(GAP_MARKER);
 }
+
+/// The line that stands for a run of left-out lines.
+pub(super) const GAP_MARKER: &str = "[…]\n";

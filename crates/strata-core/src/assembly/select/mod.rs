@@ -19,6 +19,7 @@ mod emit;
 mod fixed;
 mod gaps;
 mod pieces;
+mod spans;
 mod terms;
 
 use super::candidates::{self, Cx};
@@ -46,7 +47,7 @@ pub enum Valuation {
 /// from the recall curve on the development corpus (`docs/BENCHMARKS.md`).
 pub const DEFAULT_TARGET_TOKENS: u64 = 24_000;
 
-/// Tokens a placeholder line costs, and a gap marker inside a piece sent by its lines.
+/// Tokens a placeholder line costs (a piece none of whose lines is chosen).
 pub(super) const PLACEHOLDER_TOKENS: f64 = 8.0;
 
 /// Assembles `snapshot` under `valuation`: the phases of [`super::assemble_with_policy`] with

@@ -326,8 +326,18 @@ struct Cut {
 }
 
 impl Cut {
-    /// A piece cut into lines.
+    /// A piece cut into lines, and a long line into spans ([`super::spans`]).
     fn piece(&self, part: Part, text: &str) -> Piece {
+        let lines = super::spans::spans(text)
+            .into_iter()
+            .map(|(start, end)| self.line(text, start, end))
+            .collect();
+        self.with_lines(part, text, lines)
+    }
+
+    /// A piece cut at its newlines only (the lines of arguments' values, which are rebuilt by
+    /// line).
+    fn piece_by_lines(&self, part: Part, text: &str) -> Piece {
         let mut lines = Vec::new();
         let mut start = 0;
         for line in text.split_inclusive('\n') {
@@ -344,7 +354,7 @@ impl Cut {
         let part = Part::Arguments(k);
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(args @ serde_json::Value::Object(_)) => {
-                let mut piece = self.piece(part, &super::arguments::leaves_text(&args));
+                let mut piece = self.piece_by_lines(part, &super::arguments::leaves_text(&args));
                 piece.arguments = Some(args);
                 piece.whole = Some(text.to_owned());
                 piece
