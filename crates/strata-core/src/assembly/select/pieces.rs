@@ -355,6 +355,12 @@ impl Cut {
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(args @ serde_json::Value::Object(_)) => {
                 let mut piece = self.piece_by_lines(part, &super::arguments::leaves_text(&args));
+                for line in &mut piece.lines {
+                    let value = &piece.text[line.start..line.end];
+                    if let Some(term) = super::terms::value_term(value) {
+                        line.terms.push(term);
+                    }
+                }
                 piece.arguments = Some(args);
                 piece.whole = Some(text.to_owned());
                 piece

@@ -61,6 +61,42 @@ pub(super) fn terms(line: &str, out: &mut Vec<(Term, f64)>) {
     }
 }
 
+/// The term a short value of a call's arguments is known by as a whole (a command, a pattern,
+/// the string an edit replaces), with its weight: a next action that repeats the value needs
+/// one copy of it word for word, which its names alone do not ask for.
+///
+/// Values that differ only in their digits (`make build STEP=61`, `sed -n 200,300p`) are one
+/// value: a run of them is a routine the newest copy shows, not a value each to keep.
+pub(super) fn value_term(value: &str) -> Option<(Term, f64)> {
+    let value = value.trim();
+    let chars = value.chars().count();
+    if !(MIN_TERM_CHARS..=MAX_TERM_CHARS).contains(&chars) {
+        return None;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ VALUE_SALT;
+    let mut digits = false;
+    for b in value.bytes() {
+        // A run of digits hashes as one '0'.
+        if b.is_ascii_digit() {
+            if digits {
+                continue;
+            }
+            digits = true;
+            h = (h ^ u64::from(b'0')).wrapping_mul(0x0100_0000_01b3);
+            continue;
+        }
+        digits = false;
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    Some((h, VALUE_WEIGHT))
+}
+
+/// Keeps a value's term apart from a name spelled the same.
+const VALUE_SALT: u64 = 0x5bd1_e995_0000_0001;
+
+/// Weight of a value's term.
+pub(super) const VALUE_WEIGHT: f64 = 0.5;
+
 fn is_term_char(c: char) -> bool {
     c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | '/' | ':')
 }
@@ -109,6 +145,20 @@ mod tests {
         assert!(has("lexer"));
         assert!(has("next_token"));
         assert!(!has("in"), "two letters name nothing");
+    }
+
+    #[test]
+    fn a_value_is_one_term_whatever_its_digits() {
+        let term = |v: &str| value_term(v).map(|(t, _)| t);
+        assert_eq!(term("make build STEP=61"), term("  make build STEP=7\n"));
+        assert_ne!(term("make build STEP=61"), term("make test STEP=61"));
+        assert_ne!(
+            term("next_token"),
+            Some(hash("next_token")),
+            "apart from the name"
+        );
+        assert_eq!(term("ab"), None, "too short to repeat on purpose");
+        assert_eq!(term(&"x".repeat(200)), None, "content, not a value");
     }
 
     #[test]
