@@ -547,6 +547,15 @@ fn forget_user_and_tenant_on_servers(
         holds(&after, "PEOPLE-MARKER-k-1"),
         "the other tenant is still there"
     );
+    // A replay reads the log too: the tenant's sessions are not there to replay.
+    let out = strata(
+        data_dir,
+        backends,
+        &["replay", "--tenant", &people, "--json"],
+    );
+    let replay: Value = serde_json::from_slice(&out.stdout).expect("replay --json is JSON");
+    assert_eq!(replay["sessions"], 0, "{replay}");
+    assert!(!holds(&out.stdout, "PEOPLE-MARKER"), "{replay}");
     assert_eq!(
         settled_context(data_dir, backends, &kept, "k-1"),
         carol,

@@ -3,8 +3,9 @@
 //!
 //! [`by_evidence`] is the default: a line's value is the names it would add to the context
 //! (names already there add nothing, so a re-read file, a re-run command or a repeated listing
-//! goes once, newest), each weighed by how recently the history used it, whether the newest
-//! steps name it, and whether the model itself wrote it. Lines are taken by value per token,
+//! goes once, newest), each weighed by how recently and in how many pieces the history used
+//! it, whether the newest steps name it, and whether the model itself wrote it. Lines are taken
+//! by value per token,
 //! greedily with lazy re-evaluation, until the room is spent. Deterministic: ties go to the
 //! newer line.
 
