@@ -333,6 +333,20 @@ const MARKERS: [&str; 5] = [
     "test x ... FAILED",
 ];
 
+/// The rows of every schema of the database at `db_url`, as `pg_dump --data-only` writes them.
+fn pg_dump(db_url: &str) -> Vec<u8> {
+    let out = Command::new("pg_dump")
+        .args(["--data-only", db_url])
+        .output()
+        .expect("run pg_dump");
+    assert!(
+        out.status.success(),
+        "pg_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// `strata forget` on the servers: afterwards no marker in a `pg_dump` of the database (every
 /// projection generation), in the tenant's Redis keys, or in its S3 artifact.
 fn forget_on_servers(
@@ -342,20 +356,9 @@ fn forget_on_servers(
     db_url: &str,
     redis: &str,
 ) {
-    let dump = |what: &str| {
-        let out = Command::new("pg_dump")
-            .args(["--data-only", db_url])
-            .output()
-            .expect("run pg_dump");
-        assert!(
-            out.status.success(),
-            "pg_dump {what}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let dump = || String::from_utf8_lossy(&pg_dump(db_url)).into_owned();
     assert!(
-        dump("before").contains("make the tests pass"),
+        dump().contains("make the tests pass"),
         "the dump holds the session"
     );
     let out = strata(
@@ -370,7 +373,7 @@ fn forget_on_servers(
         "the live generation (the rebuild above dropped the one before): {report}"
     );
     assert_eq!(report[0]["artifacts_deleted"], 1, "{report}");
-    let after = dump("after");
+    let after = dump();
     for marker in MARKERS {
         assert!(!after.contains(marker), "pg_dump still holds {marker:?}");
     }
@@ -487,18 +490,7 @@ fn forget_user_and_tenant_on_servers(
     );
     let bob = settled_context(data_dir, backends, &people, "p-2");
     let carol = settled_context(data_dir, backends, &kept, "k-1");
-    let dump = || {
-        let out = Command::new("pg_dump")
-            .args(["--data-only", db_url])
-            .output()
-            .expect("run pg_dump");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    };
+    let dump = || pg_dump(db_url);
     let holds =
         |bytes: &[u8], marker: &str| bytes.windows(marker.len()).any(|w| w == marker.as_bytes());
     assert!(

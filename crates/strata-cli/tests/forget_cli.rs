@@ -439,15 +439,23 @@ fn acme_sessions() -> String {
     lines.join("\n") + "\n"
 }
 
-#[test]
-fn a_whole_tenant_is_forgotten_and_the_other_tenants_are_untouched() {
+/// A data directory (`DIR/data`) holding the demo session of tenant `dev` and
+/// [`acme_sessions`], and an API key of `acme`.
+fn demo_and_acme() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     sealing::ok(&data, "", &["demo"]);
     let acme = dir.path().join("acme.jsonl");
     std::fs::write(&acme, acme_sessions()).expect("write");
     sealing::ok(&data, "", &["import", acme.to_str().expect("utf-8")]);
-    sealing::ok(&data, "", &["keys", "create", "--tenant", "acme"]);
+    let key = sealing::ok(&data, "", &["keys", "create", "--tenant", "acme"]);
+    (dir, key.trim().to_owned())
+}
+
+#[test]
+fn a_whole_tenant_is_forgotten_and_the_other_tenants_are_untouched() {
+    let (dir, _) = demo_and_acme();
+    let data = dir.path().join("data");
     let kept_context = |data: &Path| -> Value {
         let args = ["context", "demo-invoice-fix", "--tenant", "dev", "--json"];
         let out = sealing::ok(data, "", &args);
@@ -591,14 +599,9 @@ fn a_subagents_session_is_forgotten_with_its_parent() {
 
 #[test]
 fn tenants_and_end_users_are_forgotten_over_http_with_the_right_credential() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (dir, acme_key) = demo_and_acme();
     let data = dir.path().join("data");
-    sealing::ok(&data, "", &["demo"]);
-    let acme = dir.path().join("acme.jsonl");
-    std::fs::write(&acme, acme_sessions()).expect("write");
-    sealing::ok(&data, "", &["import", acme.to_str().expect("utf-8")]);
-    let acme_key = sealing::ok(&data, "", &["keys", "create", "--tenant", "acme"]);
-    let acme_key = Some(acme_key.trim());
+    let acme_key = Some(acme_key.as_str());
     let (mut dev, port, dev_key) = start_dev(&data, "");
     let dev_key = Some(dev_key.as_str());
     let admin_key = std::fs::read_to_string(data.join("admin-api-key")).expect("an admin key");
