@@ -83,3 +83,21 @@ async def test_errors_are_typed(server: Server, aclient: strata.AsyncClient) -> 
             await wrong.state("py-no-such-session")
     with pytest.raises(ValueError, match="page_size"):
         aclient.events("s", page_size=0)
+
+
+async def test_forget_a_session_and_an_unknown_user(
+    aclient: strata.AsyncClient, session_id: str
+) -> None:
+    events, _ = coding_session(session_id)
+    await aclient.append(events)
+    await eventually_async(lambda: aclient.state(session_id), lambda s: s.head_seq >= len(events))
+
+    report = await aclient.forget_session(session_id)
+
+    assert report.session_id == session_id
+    assert report.key_destroyed
+    with pytest.raises(strata.NotFound):
+        await aclient.session(session_id)
+    nobody = await aclient.forget_user(f"nobody-{session_id}")
+    assert nobody.sessions == []
+    assert nobody.not_forgettable == []

@@ -567,3 +567,43 @@ def test_an_event_id_resent_with_other_content_is_a_conflict(
     assert conflict["event_id"] == first.event_id
     assert [d["field"] for d in conflict["differs"]] in (["event"], ["payload.text"])
     assert "OTHER" not in str(caught.value.details)
+
+
+def test_a_session_and_an_end_user_are_forgotten(client: strata.Client, session_id: str) -> None:
+    events, _ = coding_session(session_id)
+    client.append(events)
+    eventually(lambda: client.state(session_id), lambda s: s.head_seq >= len(events))
+
+    report = client.forget_session(session_id)
+
+    assert report.session_id == session_id
+    assert report.key_destroyed
+    assert report.sealed_events >= len(events)
+    with pytest.raises(strata.NotFound):
+        client.session(session_id)
+    with pytest.raises(strata.NotFound):
+        client.forget_session(session_id)
+
+    user, served = f"user-{session_id}", f"{session_id}-served"
+    start = {
+        "event_id": f"{served}-1",
+        "session_id": served,
+        "timestamp": "2026-06-03T10:00:00Z",
+        "type": "SessionStarted",
+        "payload": {
+            "model": {"provider": "openai", "model": "gpt-4o"},
+            "context_window_tokens": 32_000,
+            "reserved_output_tokens": 4_000,
+            "user_id": user,
+        },
+    }
+    client.append([start])
+    eventually(lambda: client.state(served), lambda s: s.head_seq >= 1)
+
+    forgotten = client.forget_user(user)
+
+    assert [r.session_id for r in forgotten.sessions] == [served]
+    assert forgotten.not_forgettable == []
+    with pytest.raises(strata.NotFound):
+        client.session(served)
+    assert client.forget_user(user).sessions == [], "what is gone stays gone"

@@ -292,6 +292,8 @@ class TestRequests:
             _api.events_page("s", 0, 10),
             _api.sessions_page(None, 10),
             _api.artifact("0" * 64),
+            _api.forget_session("s"),
+            _api.forget_user("u"),
         ]
         routes = {(m.upper(), p) for p, ops in OPENAPI["paths"].items() for m in ops}
         for call in calls:
@@ -301,6 +303,7 @@ class TestRequests:
                 .rstrip("/")
                 .replace("/assemblies/a", "/assemblies/{assembly}")
                 .replace("0" * 64, "{sha256}")
+                .replace("/users/u", "/users/{user}")
             )
             assert (call.method, template) in routes
             documented = {

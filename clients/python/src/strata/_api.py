@@ -22,7 +22,9 @@ from .models import (
     ContextAssembly,
     ContextRequest,
     ContextResponse,
+    ForgetReport,
     SessionResume,
+    SessionsForgotten,
     SessionState,
     SessionSummary,
     WhyNot,
@@ -241,6 +243,25 @@ def state(session_id: str) -> Call[SessionState]:
         "GET",
         f"/v1/sessions/{_segment(session_id, 'session_id')}/state",
         parse=_model(SessionState),
+    )
+
+
+def forget_session(session_id: str) -> Call[ForgetReport]:
+    """``DELETE /v1/sessions/{id}``. Not re-sent: once done, the session is not found."""
+    return Call(
+        "DELETE",
+        f"/v1/sessions/{_segment(session_id, 'session_id')}",
+        parse=_model(ForgetReport),
+        idempotent=False,
+    )
+
+
+def forget_user(user_id: str) -> Call[SessionsForgotten]:
+    """``DELETE /v1/users/{user}``: safe to re-send (what is gone stays gone)."""
+    return Call(
+        "DELETE",
+        f"/v1/users/{_segment(user_id, 'user_id')}",
+        parse=_model(SessionsForgotten),
     )
 
 

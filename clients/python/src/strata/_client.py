@@ -20,8 +20,10 @@ from .models import (
     ContextAssembly,
     ContextRequest,
     ContextResponse,
+    ForgetReport,
     Provider,
     SessionResume,
+    SessionsForgotten,
     SessionState,
     SessionSummary,
     WhyNot,
@@ -155,6 +157,21 @@ class Client(BaseClient):
         """What a restarted worker needs to carry on the session: model configuration, status,
         each branch's head, open calls, subagents and the latest compaction."""
         return self._send(_api.session(session_id))
+
+    def forget_session(self, session_id: str) -> ForgetReport:
+        """Forgets the session for real: its data key destroyed (every copy of its events on
+        the log unreadable), its projections, hot state and unshared artifacts deleted, its
+        subagents' sessions with it, and an audit entry written. Answers once it is done (at
+        least 5 s). Raises :class:`NotFound` for an unknown session, and :class:`Conflict` (code
+        ``not_forgettable``) when its events were written while sealing was off. Never re-sent
+        once the request may have reached the server."""
+        return self._send(_api.forget_session(session_id))
+
+    def forget_user(self, user_id: str) -> SessionsForgotten:
+        """Forgets every session of this tenant whose ``SessionStarted`` names end user
+        ``user_id`` (and the memories they were the source of), as :meth:`forget_session` does.
+        A user with nothing left answers with no session."""
+        return self._send(_api.forget_user(user_id))
 
     def state(self, session_id: str) -> SessionState:
         """The session's projected state: branches, agent state per branch, open tool calls."""

@@ -484,3 +484,37 @@ class ErrorBody(_Response):
     """Every error the API answers: ``{"error": {"code", "message", "details"?}}``."""
 
     error: ErrorInfo
+
+
+class ForgetReport(_Response):
+    """What forgetting one session did (``DELETE /v1/sessions/{id}``): its data key destroyed,
+    so every copy of its events on the log is unreadable, and every derived copy deleted."""
+
+    forget_id: str
+    tenant_id: str
+    session_id: str
+    sealed_events: NonNegativeInt
+    """The session's events on the log, all sealed and now unreadable."""
+    key_destroyed: bool
+    """False when an earlier forget had destroyed it."""
+    rows: dict[str, NonNegativeInt]
+    """Rows deleted, by table, over every projection set."""
+    sets: NonNegativeInt
+    artifacts_deleted: NonNegativeInt
+    subagents: list[ForgetReport] = []
+    """The sessions of the subagents it started (and theirs), forgotten with it."""
+
+
+class NotForgettable(_Response):
+    """A session a forget left as it was: some of its events are on the log in the clear."""
+
+    session_id: str
+    why: str
+
+
+class SessionsForgotten(_Response):
+    """What forgetting an end user did (``DELETE /v1/users/{user}``)."""
+
+    tenant_id: str
+    sessions: list[ForgetReport]
+    not_forgettable: list[NotForgettable]
