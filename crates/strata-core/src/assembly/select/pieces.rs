@@ -264,7 +264,19 @@ fn message_pieces(cut: &Cut, messages: &[BundleMessage], facts: &Facts<'_>) -> V
     for message in messages {
         match message {
             BundleMessage::Assistant { text, tool_calls } => {
-                pieces.push(cut.piece(Part::Words, text));
+                // What the model quoted as code (`a span`) is a value it may write again.
+                let mut words = cut.piece(Part::Words, text);
+                for line in &mut words.lines {
+                    let spans = words.text[line.start..line.end]
+                        .split('`')
+                        .skip(1)
+                        .step_by(2);
+                    line.terms
+                        .extend(spans.filter_map(super::terms::value_term));
+                    line.terms.sort_by_key(|&(t, _)| t);
+                    line.terms.dedup_by_key(|&mut (t, _)| t);
+                }
+                pieces.push(words);
                 for (k, c) in tool_calls.iter().enumerate() {
                     pieces.push(cut.arguments(k, &c.arguments));
                 }
