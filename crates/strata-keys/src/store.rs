@@ -53,6 +53,17 @@ pub struct ForgetEntry {
 }
 
 /// Storage of wrapped data keys, one per `(tenant, subject)`.
+/// Each of `keys` as the store holds it now: the one just written, or the one another process
+/// wrote first.
+async fn stored_as_now(store: &dyn KeyStore, keys: &[StoredKey]) -> Result<Vec<StoredKey>> {
+    let mut stored = Vec::with_capacity(keys.len());
+    for key in keys {
+        let got = store.get(&key.tenant_id, &key.subject).await?;
+        stored.push(got.ok_or(Error::Vanished)?);
+    }
+    Ok(stored)
+}
+
 #[async_trait]
 pub trait KeyStore: Send + Sync + std::fmt::Debug {
     /// Stores `key` unless the subject has one already, and returns the subject's key: the first
@@ -314,12 +325,7 @@ impl KeyStore for SqliteKeyStore {
         tx.commit()
             .await
             .map_err(|e| Error::store("commit data keys", e))?;
-        let mut stored = Vec::with_capacity(keys.len());
-        for key in keys {
-            let got = self.get(&key.tenant_id, &key.subject).await?;
-            stored.push(got.ok_or(Error::Vanished)?);
-        }
-        Ok(stored)
+        stored_as_now(self, keys).await
     }
 
     async fn insert_if_absent(&self, key: &StoredKey) -> Result<StoredKey> {
@@ -523,12 +529,7 @@ impl KeyStore for PgKeyStore {
         tx.commit()
             .await
             .map_err(|e| Error::store("commit data keys", e))?;
-        let mut stored = Vec::with_capacity(keys.len());
-        for key in keys {
-            let got = self.get(&key.tenant_id, &key.subject).await?;
-            stored.push(got.ok_or(Error::Vanished)?);
-        }
-        Ok(stored)
+        stored_as_now(self, keys).await
     }
 
     async fn insert_if_absent(&self, key: &StoredKey) -> Result<StoredKey> {
