@@ -735,8 +735,8 @@ fn demo_sends_less_than_half_of_transcript_replay_within_the_default_target() {
         100.0 * context as f64 / transcript as f64
     );
     assert!(context > 0 && transcript > 0);
-    // The default policy aims at its target and sends a history that fits it as written: the
-    // demo's 32,000-token session goes cut to the lines that carry its evidence.
+    // The default policy sends the lines worth their tokens, at most its cap: the demo's
+    // 32,000-token session goes cut to the lines that carry its evidence.
     assert_eq!(a["policy_version"], "strata.assembly/12");
     assert!(
         context <= strata_core::assembly::DEFAULT_TARGET_TOKENS,

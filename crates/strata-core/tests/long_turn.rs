@@ -6,8 +6,8 @@
 use serde_json::{json, Value};
 use strata_core::assembly::{
     assemble_with_policy, Assembled, AssemblyPolicy, AssemblyRequest, BundleMessage, Snapshot,
-    BASELINE_LAST_5, BASELINE_TRANSCRIPT, POLICY_VERSION_OWN_WORDS, POLICY_VERSION_SELECT,
-    POLICY_VERSION_TURNS,
+    BASELINE_LAST_5, BASELINE_TRANSCRIPT, DEFAULT_TARGET_TOKENS, POLICY_VERSION_OWN_WORDS,
+    POLICY_VERSION_SELECT, POLICY_VERSION_TURNS,
 };
 use strata_core::projection::{AgentState, Sourced, SubagentState};
 use strata_core::tokens::{O200k, TokenCounter};
@@ -999,7 +999,7 @@ fn one_selection_aims_at_the_target_and_keeps_what_the_next_step_needs() {
 }
 
 #[test]
-fn a_history_that_fits_goes_as_written_with_only_the_published_state() {
+fn a_history_that_fits_the_target_goes_as_written_with_only_the_published_state() {
     let goal = Sourced {
         text: "ship the header fix before the release branch is cut".into(),
         source_event_id: "state-1".into(),
@@ -1011,7 +1011,21 @@ fn a_history_that_fits_goes_as_written_with_only_the_published_state() {
     for steps in [1, 3] {
         let snapshot = session(steps, state.clone());
         let transcript = select(&snapshot, BASELINE_TRANSCRIPT, None);
-        let chosen = select(&snapshot, POLICY_VERSION_SELECT, None);
+        let state_tokens = O200k
+            .count("## Task state\nGoal: ship the header fix before the release branch is cut\n")
+            + 4;
+        // Without a target, the smallest sufficient: the goal, and no more than the transcript
+        // with it.
+        let smallest = select(&snapshot, POLICY_VERSION_SELECT, None);
+        assert!(text_of(&smallest).contains("ship the header fix"));
+        assert!(
+            smallest.assembly.context_tokens <= transcript.assembly.context_tokens + state_tokens
+        );
+        let chosen = select(
+            &snapshot,
+            POLICY_VERSION_SELECT,
+            Some(DEFAULT_TARGET_TOKENS),
+        );
         let text = text_of(&chosen);
         assert!(
             text.contains("ship the header fix"),
@@ -1024,9 +1038,6 @@ fn a_history_that_fits_goes_as_written_with_only_the_published_state() {
             .collect();
         let expected: Vec<&BundleMessage> = transcript.messages.iter().collect();
         assert_eq!(history, expected, "{steps} steps: the history as written");
-        let state_tokens = O200k
-            .count("## Task state\nGoal: ship the header fix before the release branch is cut\n")
-            + 4;
         assert!(
             chosen.assembly.context_tokens <= transcript.assembly.context_tokens + state_tokens,
             "{steps} steps: {} against {} + {state_tokens}",
@@ -1078,10 +1089,15 @@ fn a_set_target_buys_back_what_a_finished_turn_sends_shorter() {
     let (snapshot, report) = fetched_then_asked();
     let transcript = select(&snapshot, BASELINE_TRANSCRIPT, None);
     let deep = "region_137: revenue 137007 units 411";
-    // The default is the smallest sufficient context: the finished turn's payload goes shorter.
-    let default = select(&snapshot, POLICY_VERSION_SELECT, None);
-    let short = result_of(&default, "fetch").expect("the fetch is answered");
+    // A target with no room: the finished turn's payload goes shorter.
+    let tight = select(&snapshot, POLICY_VERSION_SELECT, Some(1));
+    let short = result_of(&tight, "fetch").expect("the fetch is answered");
     assert!(!short.contains(deep), "{short}");
+    assert!(tight.assembly.context_tokens < transcript.assembly.context_tokens / 2);
+    // Without a target the shorter form stands, whatever names the payload carries.
+    let default = select(&snapshot, POLICY_VERSION_SELECT, None);
+    let kept = result_of(&default, "fetch").expect("the fetch is answered");
+    assert!(!kept.contains(deep), "{kept}");
     assert!(default.assembly.context_tokens < transcript.assembly.context_tokens / 2);
     // A target the request sets is room to spend: with room for all of it the history goes as
     // written, never larger than the transcript.
@@ -1094,14 +1110,14 @@ fn a_set_target_buys_back_what_a_finished_turn_sends_shorter() {
         transcript.assembly.context_tokens
     );
     // With room for part of it, the shorter form stays and lines of the payload follow it.
-    let half = (default.assembly.context_tokens + transcript.assembly.context_tokens) / 2;
+    let half = (tight.assembly.context_tokens + transcript.assembly.context_tokens) / 2;
     let part = select(&snapshot, POLICY_VERSION_SELECT, Some(half));
     let sent = result_of(&part, "fetch").expect("the fetch is answered");
     assert!(sent.starts_with(short), "{sent}");
     assert!(sent.contains("region_"), "{sent}");
     let tokens = part.assembly.context_tokens;
     assert!(
-        tokens > default.assembly.context_tokens && tokens <= half + half / 20,
+        tokens > tight.assembly.context_tokens && tokens <= half + half / 20,
         "aimed at {half}, sent {tokens}"
     );
 }
@@ -1112,10 +1128,10 @@ fn a_set_target_spends_its_room_on_the_range_a_compaction_summarises() {
     compacted_inside_the_turn(&mut snapshot, 15);
     let transcript = select(&snapshot, BASELINE_TRANSCRIPT, None);
     let summarised = "call-5";
-    // The default: the summary stands in for its range.
+    // The default: the range is a candidate like the rest, and the summary goes beside the cut.
     let default = select(&snapshot, POLICY_VERSION_SELECT, None);
     assert!(text_of(&default).contains("cmp_inside"));
-    assert!(result_of(&default, summarised).is_none());
+    assert!(default.assembly.context_tokens < transcript.assembly.context_tokens);
     // A target with room for the whole history: the range goes as written, and the summary,
     // which restates it, does not go beside it.
     let roomy = select(&snapshot, POLICY_VERSION_SELECT, Some(200_000));

@@ -42,7 +42,7 @@ use forms::data_message;
 use gates::Gate;
 pub use rehydration::{rehydration_plan, rehydration_plan_with_policy};
 pub use render::preview;
-pub use select::{Valuation, DEFAULT_TARGET_TOKENS};
+pub use select::{Valuation, DEFAULT_PRICE, DEFAULT_TARGET_TOKENS};
 
 /// Version of the default assembly policy ([`POLICY_VERSION_SELECT`]); every assembly records
 /// its policy's version, part of its identity.

@@ -97,7 +97,16 @@ const AS_WRITTEN_WEIGHT: f64 = 0.5;
 /// `covered` are the names the rest of the context (protected pieces, state) already carries.
 /// A message none of whose lines is chosen is left out whole, calls and results together; the
 /// first line chosen from one pays for its framing and the placeholders of its other pieces.
-pub(super) fn by_evidence(history: &History<'_>, mut covered: TermSet, room: f64) -> Choice {
+///
+/// With a `price`, a line goes only if it adds at least that much value per token, the shorter
+/// forms stand, and the room left is not spent: the smallest sufficient context. Without one,
+/// the room left goes to the newest lines, as masking would spend it.
+pub(super) fn by_evidence(
+    history: &History<'_>,
+    mut covered: TermSet,
+    room: f64,
+    price: Option<f64>,
+) -> Choice {
     let mut choice = Choice::none(history);
     let mut messages = Messages::of(history);
     let weights = Weights::of(history);
@@ -109,8 +118,11 @@ pub(super) fn by_evidence(history: &History<'_>, mut covered: TermSet, room: f64
         weights.value(p, li, covered) / cost(p, li, messages, keep)
     };
     let mut heap: BinaryHeap<Candidate> = BinaryHeap::new();
+    // Under a price the shorter forms stand: what they replace (a superseded result, a stale
+    // value, a bulky payload its memory holds the names of) does not come back for its names.
+    let candidate = |p: &Piece| !p.protected && !(p.as_written && price.is_some());
     for (pi, p) in history.pieces.iter().enumerate() {
-        for li in (0..p.lines.len()).filter(|_| !p.protected) {
+        for li in (0..p.lines.len()).filter(|_| candidate(p)) {
             let score = score(pi, li, &covered, &messages, &choice.keep[pi]);
             if score > 0.0 {
                 heap.push(Candidate { score, pi, li });
@@ -120,7 +132,7 @@ pub(super) fn by_evidence(history: &History<'_>, mut covered: TermSet, room: f64
     let mut room = room;
     while let Some(top) = heap.pop() {
         let score = score(top.pi, top.li, &covered, &messages, &choice.keep[top.pi]);
-        if score <= 0.0 {
+        if score <= price.unwrap_or(0.0) {
             continue;
         }
         if heap.peek().is_some_and(|next| score < next.score) {
@@ -138,7 +150,9 @@ pub(super) fn by_evidence(history: &History<'_>, mut covered: TermSet, room: f64
         choice.keep[top.pi][top.li] = true;
         covered.extend(line.terms.iter().map(|&(t, _)| t));
     }
-    fill_newest_first(history, &mut choice, &mut messages, room);
+    if price.is_none() {
+        fill_newest_first(history, &mut choice, &mut messages, room);
+    }
     choice
 }
 

@@ -19,7 +19,7 @@ pub(super) fn units(
 ) -> (Vec<Unit>, Vec<Omission>) {
     let mut units = Vec::with_capacity(history.rendered.len());
     let mut omitted = Vec::new();
-    let mut dropped = 0;
+    let (mut dropped_messages, mut dropped) = (0, Vec::new());
     let request = history.live.iter().rposition(|m| m.role == "user");
     let mut pieces = history.pieces.iter().zip(&choice.keep).peekable();
     for (i, rendered) in history.rendered.iter().enumerate() {
@@ -35,7 +35,8 @@ pub(super) fn units(
         let protected = mine.iter().any(|(p, _)| p.protected);
         let shown = mine.iter().any(|(_, keep)| keep.iter().any(|&k| k));
         if !whole && !shown && !protected {
-            dropped += 1;
+            dropped_messages += 1;
+            dropped.extend(rendered.sources.iter().cloned());
             omitted.push(Omission {
                 kind: "message".into(),
                 tier: Tier::P3,
@@ -81,7 +82,7 @@ pub(super) fn units(
             order: (2, m.seq, 0),
         });
     }
-    units.extend(left_out_note(cx, dropped));
+    units.extend(left_out_note(cx, dropped_messages, dropped));
     (units, omitted)
 }
 
@@ -93,8 +94,9 @@ fn as_written(mine: &[(&Piece, &[bool])]) -> bool {
         .all(|(p, keep)| (!p.as_written && twinned(p.part)) || keep.iter().all(|&k| k))
 }
 
-/// A note that messages were left out whole, so the model knows the history has gaps.
-fn left_out_note(cx: &Cx<'_>, dropped: usize) -> Option<Unit> {
+/// A note that `dropped` messages were left out whole, so the model knows the history has
+/// gaps; its sources are theirs (`sources`).
+fn left_out_note(cx: &Cx<'_>, dropped: usize, sources: Vec<String>) -> Option<Unit> {
     if dropped == 0 {
         return None;
     }
@@ -106,7 +108,7 @@ fn left_out_note(cx: &Cx<'_>, dropped: usize) -> Option<Unit> {
         kind: "left_out_note",
         tier: Tier::P1,
         reason: "says that the history has gaps".into(),
-        sources: Vec::new(),
+        sources,
         rendering: "verbatim",
         tokens: message_tokens(&text, cx.tokens),
         messages: vec![BundleMessage::System { text }],

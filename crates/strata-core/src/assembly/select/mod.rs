@@ -4,10 +4,14 @@
 //! with a token cost and a value for the next action. Protected content has no price: the system
 //! prompt and tools, the request, pending calls, unresolved errors with their text, the newest
 //! step, and the task state the platform published that no message says. The rest is chosen by
-//! value per token up to the target, deterministically ([`choose`]).
+//! value per token, deterministically ([`choose`]).
 //!
-//! When the whole history fits the target it goes as written, with only the published state no
-//! message says: never larger than the transcript for nothing.
+//! Without a target the context is the smallest sufficient: a line goes when it adds at least
+//! [`DEFAULT_PRICE`] of value per token, up to [`DEFAULT_TARGET_TOKENS`]. A request's target is
+//! room to spend instead: when the whole history fits it goes as written, with only the
+//! published state no message says; else the lines are chosen up to the target. Either way a
+//! cut that costs as much as the history as written sends it as written: never larger than the
+//! transcript for nothing.
 //!
 //! The baselines are valuations of the same mechanism ([`Valuation`]): transcript replay values
 //! every line, observation masking every message and the newest N results, so the default can be
@@ -43,9 +47,16 @@ pub enum Valuation {
     MaskOlderOutputs { newest: usize },
 }
 
-/// The size the default valuation aims for when the request sets no `target_tokens`: chosen
-/// from the recall curve on the development corpus (`docs/BENCHMARKS.md`).
+/// The most the default valuation sends of the history when the request sets no
+/// `target_tokens` ([`DEFAULT_PRICE`] decides how much less).
 pub const DEFAULT_TARGET_TOKENS: u64 = 24_000;
+
+/// Without a target, the value per token (weighed names a line adds, see [`choose`]) a line
+/// must add to go: chosen from the price curve on the development corpus
+/// (`docs/BENCHMARKS.md`). One price over every call point spends tokens where they buy the
+/// most evidence, where a fixed size per call sends a short session's chaff and starves a long
+/// one.
+pub const DEFAULT_PRICE: f64 = 0.0007;
 
 /// Tokens a placeholder line costs (a piece none of whose lines is chosen).
 pub(super) const PLACEHOLDER_TOKENS: f64 = 8.0;
@@ -75,7 +86,8 @@ pub(super) fn assemble(
     };
     // A target the request sets is room to spend: what the default sends shorter (a completed
     // turn's payloads, the range a compaction summarises) is bought back with what the rest
-    // leaves. Without one the context is the smallest sufficient.
+    // leaves. Without one the shorter forms stand: a superseded result, a stale value, what a
+    // compaction summarises do not come back however many names they carry.
     let spend = valuation == Valuation::Evidence && request.target_tokens.is_some();
     let (mut compaction, summary_when_cut) =
         compaction_under(&cx, &visible, valuation, spend, &mut omitted);
@@ -121,6 +133,7 @@ pub(super) fn assemble(
                 target,
                 budget,
                 spend: spend && (history.has_shortened() || compaction.applied),
+                price: request.target_tokens.is_none().then_some(DEFAULT_PRICE),
             };
             by_evidence(&cx, &history, &mut units, when_cut, &mut omitted, aim)
         }
@@ -171,9 +184,14 @@ fn compaction_under<'v>(
 /// What the default valuation aims at.
 #[derive(Clone, Copy)]
 struct Aim {
+    /// The request's target, or [`DEFAULT_TARGET_TOKENS`] as a cap.
     target: u64,
     budget: u64,
+    /// Some of the history goes shorter than written (a completed turn's payloads, a compacted
+    /// range): room the target leaves buys it back.
     spend: bool,
+    /// Without a target: what a line must add per token to go ([`DEFAULT_PRICE`]).
+    price: Option<f64>,
 }
 
 /// The history under the default valuation: as rendered when it fits the target (`when_cut`
@@ -188,7 +206,7 @@ fn by_evidence(
     aim: Aim,
 ) -> (Vec<Unit>, Vec<Omission>) {
     let whole = overhead(cx.snapshot, units) + history.whole_tokens();
-    if whole <= aim.target && !aim.spend {
+    if whole <= aim.target && !aim.spend && aim.price.is_none() {
         omitted.extend(when_cut.into_iter().map(Unit::restated));
         let choice = choose::shortened(history);
         return emit::units(cx, history, &choice, "the whole history fits the target");
@@ -196,7 +214,7 @@ fn by_evidence(
     let fixed_count = units.len();
     units.extend(when_cut);
     let why = "chosen by the evidence it adds per token";
-    let chosen = aim_at(cx, history, units, aim.target, why);
+    let chosen = aim_at(cx, history, units, aim, why);
     let sent = overhead(cx.snapshot, units) + chosen.0.iter().map(|u| u.tokens).sum::<u64>();
     let written = overhead(cx.snapshot, &units[..fixed_count]) + history.written_tokens();
     // A cut that lands at the whole history's size (the target just under it, the aim's
@@ -226,20 +244,23 @@ fn aim_at(
     cx: &Cx<'_>,
     history: &pieces::History<'_>,
     fixed: &[Unit],
-    target: u64,
+    aim: Aim,
     why: &str,
 ) -> (Vec<Unit>, Vec<Omission>) {
+    let (target, price) = (aim.target, aim.price);
     let base = overhead(cx.snapshot, fixed);
     let covered = names_of(fixed);
     let first_room = room(history, base, target);
-    let choice = choose::by_evidence(history, covered.clone(), first_room);
+    let choice = choose::by_evidence(history, covered.clone(), first_room, price);
     let first = emit::units(cx, history, &choice, why);
     let sent = (base + first.0.iter().map(|u| u.tokens).sum::<u64>()) as f64;
     let off = target as f64 - sent;
-    if off.abs() <= target as f64 * AIM_TOLERANCE || first_room <= 0.0 {
+    // Under a price, a context short of the cap is the point, not a miss.
+    let priced_short = price.is_some() && off > 0.0;
+    if off.abs() <= target as f64 * AIM_TOLERANCE || first_room <= 0.0 || priced_short {
         return first;
     }
-    let again = choose::by_evidence(history, covered, (first_room + off).max(0.0));
+    let again = choose::by_evidence(history, covered, (first_room + off).max(0.0), price);
     emit::units(cx, history, &again, why)
 }
 
