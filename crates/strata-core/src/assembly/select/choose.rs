@@ -120,7 +120,8 @@ pub(super) fn by_evidence(
     let mut heap: BinaryHeap<Candidate> = BinaryHeap::new();
     // Under a price the shorter forms stand: what they replace (a superseded result, a stale
     // value, a bulky payload its memory holds the names of) does not come back for its names.
-    let candidate = |p: &Piece| !p.protected && !(p.as_written && price.is_some());
+    let shorter_forms_stand = price.is_some();
+    let candidate = |p: &Piece| !(p.protected || p.as_written && shorter_forms_stand);
     for (pi, p) in history.pieces.iter().enumerate() {
         for li in (0..p.lines.len()).filter(|_| candidate(p)) {
             let score = score(pi, li, &covered, &messages, &choice.keep[pi]);
