@@ -66,18 +66,28 @@ pub(crate) async fn run(
         .merge(strata_assembler::http::routes(assembler))
         .merge(strata_compactor::http::routes(backends.clone(), ingestor));
 
-    println!("strata dev listening on http://{listen} (the inspector: http://{listen}/ui)");
-    println!("data directory: {}", backends.data_dir.display());
+    say(format_args!(
+        "strata dev listening on http://{listen} (the inspector: http://{listen}/ui)"
+    ));
+    say(format_args!(
+        "data directory: {}",
+        backends.data_dir.display()
+    ));
     match &opts.admin_key_file {
-        Some(path) => println!("admin key: the one in {}", path.display()),
-        None if opts.uses_data_dir() => println!(
+        Some(path) => say(format_args!("admin key: the one in {}", path.display())),
+        None if opts.uses_data_dir() => say(format_args!(
             "admin key (forgets tenants): in {}",
             backends.data_dir.join(auth::ADMIN_KEY_FILE).display()
-        ),
-        None => println!("no admin key: the cross-tenant routes are refused"),
+        )),
+        None => say(format_args!(
+            "no admin key: the cross-tenant routes are refused"
+        )),
     }
     // Last: a client may stop reading once it has the key.
-    println!("dev api key (tenant {}): {key}", auth::DEV_TENANT);
+    say(format_args!(
+        "dev api key (tenant {}): {key}",
+        auth::DEV_TENANT
+    ));
     let shutdown = async move {
         strata_runtime::shutdown_signal().await;
         let _ = stop_tx.send(true);
@@ -88,6 +98,13 @@ pub(crate) async fn run(
     memory_task.await??;
     compactor_task.await??;
     forgets_task.abort();
-    println!("strata dev stopped");
+    say(format_args!("strata dev stopped"));
     Ok(())
+}
+
+/// A status line on stdout. A reader that has gone (a client that read the key and closed the
+/// pipe) is no reason to stop serving, nor to fail at shutdown: the line is dropped.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }

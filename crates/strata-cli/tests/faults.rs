@@ -5,6 +5,8 @@
 //! - every acknowledged event is on the log;
 //! - the projections, once caught up, equal a clean rebuild from the same log (row counts and
 //!   content per table, content per session): zero events lost, zero applied twice.
+//!
+//! And a reader of its stdout that goes away does not make it fail.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -252,4 +254,46 @@ fn kill_9_of_strata_dev_loses_nothing_and_applies_nothing_twice() {
             v.sessions
         );
     });
+}
+
+/// A client that reads the key and closes the pipe (as the contract tests do) must not make
+/// `strata dev` fail: its later status lines go nowhere, and it still stops cleanly.
+#[test]
+fn strata_dev_stops_cleanly_after_its_reader_has_gone() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn strata dev");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let has_key = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("dev api key"));
+    assert!(has_key, "strata dev printed no key");
+    drop(lines);
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for strata dev") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "strata dev did not stop within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "strata dev exited with {status}");
 }
