@@ -1142,3 +1142,54 @@ fn a_set_target_spends_its_room_on_the_range_a_compaction_summarises() {
     let tight = select(&snapshot, POLICY_VERSION_SELECT, Some(3_000));
     assert!(text_of(&tight).contains("cmp_inside"));
 }
+
+#[test]
+fn without_a_target_an_output_that_adds_no_name_is_left_out_though_the_history_fits() {
+    let file: String = (0..20)
+        .map(|i| format!("def handler_{i}(request):\n    return route_{i}(request)\n"))
+        .collect();
+    let read = json!({"path": "src/app.py"});
+    let messages = vec![
+        message(1, "user", "Tidy the imports in src/app.py.", vec![]),
+        message(
+            3,
+            "assistant",
+            "Reading it.",
+            vec![pair("read-1", 3, "read_file", &read, Some(&file), None)],
+        ),
+        message(
+            5,
+            "assistant",
+            "Reading it again after the formatter ran.",
+            vec![pair("read-2", 5, "read_file", &read, Some(&file), None)],
+        ),
+        message(
+            7,
+            "assistant",
+            "Running the suite.",
+            vec![pair(
+                "pending",
+                7,
+                "bash",
+                &json!({"command": "pytest -q"}),
+                None,
+                None,
+            )],
+        ),
+    ];
+    let snapshot = snapshot_of(messages, 7, AgentState::default());
+    let transcript = select(&snapshot, BASELINE_TRANSCRIPT, None);
+    let deep = "def handler_17(request)";
+    // The newest read carries every name; the older copy adds none and is not worth its tokens.
+    let smallest = select(&snapshot, POLICY_VERSION_SELECT, None);
+    assert!(result_of(&smallest, "read-2").is_some_and(|r| r.contains(deep)));
+    assert!(result_of(&smallest, "read-1").is_none_or(|r| !r.contains(deep)));
+    assert!(smallest.assembly.context_tokens < transcript.assembly.context_tokens);
+    // A set target the history fits: as written.
+    let roomy = select(
+        &snapshot,
+        POLICY_VERSION_SELECT,
+        Some(DEFAULT_TARGET_TOKENS),
+    );
+    assert_eq!(result_of(&roomy, "read-1"), Some(file.as_str()));
+}
