@@ -115,7 +115,8 @@ pub struct ContextRequest {
     #[serde(default)]
     pub trace: bool,
     /// The context size to aim for, below the budget: lower trades recall for cost (default: the
-    /// deployment's `STRATA_TARGET_TOKENS`, else the policy's own sizes).
+    /// deployment's `STRATA_TARGET_TOKENS`, else the policy's own rule: policy 12 stops at its
+    /// price per token).
     #[serde(default)]
     pub target_tokens: Option<u64>,
 }
@@ -132,7 +133,8 @@ pub struct PolicyOpts {
     #[arg(long, global = true, env = "STRATA_REHYDRATE_MAX_BYTES", default_value_t = strata_core::assembly::DEFAULT_REHYDRATE_MAX_BYTES)]
     pub rehydrate_max_bytes: u64,
     /// The context size to aim for when a request names none (tokens; lower trades recall for
-    /// cost). Unset: the policy's own sizes.
+    /// cost). Unset: the policy's own rule (policy 12: the smallest sufficient context, by its
+    /// price per token).
     #[arg(long, global = true, env = "STRATA_TARGET_TOKENS")]
     pub target_tokens: Option<u64>,
 }
