@@ -19,7 +19,7 @@ pub(super) fn units(
 ) -> (Vec<Unit>, Vec<Omission>) {
     let mut units = Vec::with_capacity(history.rendered.len());
     let mut omitted = Vec::new();
-    let (mut dropped_messages, mut dropped) = (0, Vec::new());
+    let (mut dropped_messages, mut dropped_sources) = (0, Vec::new());
     let request = history.live.iter().rposition(|m| m.role == "user");
     let mut pieces = history.pieces.iter().zip(&choice.keep).peekable();
     for (i, rendered) in history.rendered.iter().enumerate() {
@@ -36,7 +36,7 @@ pub(super) fn units(
         let shown = mine.iter().any(|(_, keep)| keep.iter().any(|&k| k));
         if !whole && !shown && !protected {
             dropped_messages += 1;
-            dropped.extend(rendered.sources.iter().cloned());
+            dropped_sources.extend(rendered.sources.iter().cloned());
             omitted.push(Omission {
                 kind: "message".into(),
                 tier: Tier::P3,
@@ -82,7 +82,7 @@ pub(super) fn units(
             order: (2, m.seq, 0),
         });
     }
-    units.extend(left_out_note(cx, dropped_messages, dropped));
+    units.extend(left_out_note(cx, dropped_messages, dropped_sources));
     (units, omitted)
 }
 

@@ -194,9 +194,10 @@ struct Aim {
     price: Option<f64>,
 }
 
-/// The history under the default valuation: as rendered when it fits the target (`when_cut`
-/// restated, not sent), else the lines chosen by evidence beside `units` and `when_cut`; a cut
-/// that costs as much as the history as written sends it as written.
+/// The history under the default valuation: as rendered when it fits a set target (`when_cut`
+/// restated, not sent), else the lines chosen by evidence (up to the target, or while worth the
+/// price) beside `units` and `when_cut`; a cut that costs as much as the history as written
+/// sends it as written.
 fn by_evidence(
     cx: &Cx<'_>,
     history: &pieces::History<'_>,
