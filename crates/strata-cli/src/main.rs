@@ -167,8 +167,13 @@ enum Command {
     /// sealing is the deployment's, recorded in its key store, not a flag of each process.
     Seal {
         /// `on` or `off`; absent, the recorded setting is shown.
-        #[arg(value_enum)]
+        #[arg(value_enum, conflicts_with = "migrate")]
         set: Option<strata_runtime::SealMode>,
+        /// Seal the events already on the log in the clear, in place (embedded file log; no
+        /// service may run on the data directory meanwhile), and turn sealing on: every
+        /// session becomes forgettable. Safe to interrupt and run again.
+        #[arg(long)]
+        migrate: bool,
     },
     /// Compact a session's branch now; prints the record and its check.
     Compact {
@@ -619,7 +624,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             events,
             assemblies,
         } => bench::run(events, assemblies).await,
-        Command::Seal { set } => seal(opts, set).await,
+        Command::Seal { migrate: true, .. } => seal_migrate(opts).await,
+        Command::Seal { set, .. } => seal(opts, set).await,
         Command::Forget(args) => {
             let backends = open_current(opts, wait, "strata forget").await?;
             let tenant = match &args.session {
@@ -642,6 +648,36 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             compact::run(&backends, &tenant, &session, &branch, keep_turns, json).await
         }
     }
+}
+
+/// `strata seal --migrate`: every plain event on the log sealed in place, with progress.
+async fn seal_migrate(opts: &BackendOpts) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let report = strata_runtime::migrate::migrate(opts, |p| {
+        if p.done == p.of || p.done % 16 == 0 {
+            eprintln!(
+                "segment {}/{}: {} event(s) sealed so far ({})",
+                p.done,
+                p.of,
+                p.so_far.sealed,
+                p.segment.path.display()
+            );
+        }
+    })
+    .await?;
+    println!(
+        "sealed {} event(s) of {} session(s) in place ({} of {} segment(s) rewritten; {} \
+         already sealed, {} record(s) that are no event left as they were) in {:.1}s; sealing \
+         is on, and every session can be forgotten",
+        report.sealed,
+        report.sessions,
+        report.rewritten,
+        report.segments,
+        report.already_sealed,
+        report.not_events,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// `strata seal [on|off]`: the deployment's sealing setting, shown or changed.
@@ -669,8 +705,8 @@ async fn seal(opts: &BackendOpts, set: Option<strata_runtime::SealMode>) -> anyh
     );
     if on {
         eprintln!(
-            "note: events already on the log in the clear stay so: their sessions cannot be \
-             forgotten (new sessions can)"
+            "note: events already on the log in the clear stay so, and their sessions cannot be \
+             forgotten (new sessions can), until `strata seal --migrate` seals them"
         );
     } else {
         eprintln!(

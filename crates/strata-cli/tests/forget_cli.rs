@@ -51,6 +51,29 @@ fn other_session() -> String {
     lines.join("\n") + "\n"
 }
 
+/// A session's words, as exported: the opening of every prompt, reply and tool output of it, up
+/// to the first character a JSON column would escape.
+fn words_of(data: &Path, session: &str) -> Vec<String> {
+    sealing::ok(data, "", &["export", session])
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json line"))
+        .filter_map(|e| {
+            let p = &e["payload"];
+            p["text"]
+                .as_str()
+                .or(p["output"].as_str())
+                .map(str::to_owned)
+        })
+        .map(|text| {
+            text.chars()
+                .take_while(|c| c.is_ascii() && !c.is_ascii_control() && !matches!(c, '"' | '\\'))
+                .take(40)
+                .collect::<String>()
+        })
+        .filter(|m| m.len() >= 20)
+        .collect()
+}
+
 #[test]
 fn a_forgotten_session_is_gone_from_every_byte_and_the_others_are_untouched() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -69,26 +92,7 @@ fn a_forgotten_session_is_gone_from_every_byte_and_the_others_are_untouched() {
     let before = kept_context(&data);
     assert!(before.to_string().contains("KEPT-MARKER"));
 
-    // The forgotten session's words: every prompt, reply and tool output of it.
-    let markers: Vec<String> = ok(&data, &["export", "demo-invoice-fix"])
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("json line"))
-        .filter_map(|e| {
-            let p = &e["payload"];
-            p["text"]
-                .as_str()
-                .or(p["output"].as_str())
-                .map(str::to_owned)
-        })
-        // The text's opening, up to the first character a JSON column would escape.
-        .map(|text| {
-            text.chars()
-                .take_while(|c| c.is_ascii() && !c.is_ascii_control() && !matches!(c, '"' | '\\'))
-                .take(40)
-                .collect::<String>()
-        })
-        .filter(|m| m.len() >= 20)
-        .collect();
+    let markers = words_of(&data, "demo-invoice-fix");
     assert!(markers.len() >= 10, "{markers:?}");
     let everything = bytes_under(&data);
     assert!(
@@ -203,6 +207,62 @@ fn a_session_on_a_plain_log_is_not_forgotten_and_nothing_changes() {
     assert_eq!(bytes_under(&data.join("log")), before);
     let out = strata(&data, "", &["export", "demo-invoice-fix"]);
     assert!(out.status.success(), "the session is still there");
+}
+
+#[test]
+fn an_unsealed_deployment_sealed_in_place_by_migrate_forgets_and_reads_back_the_same() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("plain");
+    sealing::ok(&data, "off", &["demo"]);
+    let fixture = dir.path().join("kept.jsonl");
+    std::fs::write(&fixture, other_session()).expect("fixture");
+    sealing::ok(&data, "", &["import", fixture.to_str().expect("utf-8")]);
+    let export =
+        |data: &Path, session: &str| sealing::ok(data, "", &["export", session, "--tenant", "dev"]);
+    let (demo, kept) = (export(&data, "demo-invoice-fix"), export(&data, "kept"));
+    let markers = words_of(&data, "demo-invoice-fix");
+    assert!(markers.len() >= 10, "{markers:?}");
+    let log = bytes_under(&data.join("log"));
+    assert!(
+        markers.iter().all(|m| contains(&log, m)),
+        "in the clear before"
+    );
+    assert!(contains(&log, "KEPT-MARKER"));
+
+    let out = strata(&data, "", &["seal", "--migrate"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("segment "), "progress: {stderr}");
+    let sealed: u64 = stdout
+        .strip_prefix("sealed ")
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(sealed > 10, "{stdout}");
+    assert!(stdout.contains("of 2 session(s)"), "{stdout}");
+
+    // Nothing of either session is on the log in the clear now, and it reads back the same.
+    let log = bytes_under(&data.join("log"));
+    assert!(!markers.iter().any(|m| contains(&log, m)), "sealed after");
+    assert!(!contains(&log, "KEPT-MARKER"));
+    assert!(sealing::ok(&data, "", &["seal"]).starts_with("sealing on"));
+    sealing::ok(&data, "", &["rebuild"]);
+    assert_eq!(export(&data, "demo-invoice-fix"), demo);
+    assert_eq!(export(&data, "kept"), kept);
+    let again = sealing::ok(&data, "", &["seal", "--migrate"]);
+    assert!(again.starts_with("sealed 0 event(s)"), "{again}");
+
+    // So the session can be forgotten, and the other one is untouched.
+    sealing::ok(&data, "", &["forget", "--session", "demo-invoice-fix"]);
+    let everything = bytes_under(&data);
+    assert!(
+        !markers.iter().any(|m| contains(&everything, m)),
+        "forgotten"
+    );
+    assert_eq!(export(&data, "kept"), kept);
 }
 
 #[test]

@@ -1691,5 +1691,7 @@ fn io_error(path: &Path, source: io::Error) -> Error {
     }
 }
 
+pub mod rewrite;
+
 #[cfg(test)]
 mod tests;

@@ -371,7 +371,8 @@ fn key_ring(backends: &Backends) -> Result<&Arc<KeyRing>> {
     backends.codec.keys().ok_or_else(|| {
         Error::Invalid(
             "forgetting needs a sealed log (a deployment that seals: `strata seal on`, with its \
-             master key): without one, the log keeps every event in the clear"
+             master key; `strata seal --migrate` seals an embedded log's history in place): \
+             without one, the log keeps every event in the clear"
                 .into(),
         )
     })
@@ -402,7 +403,8 @@ async fn check_sealed(backends: &Backends, tenant: &str, session: &str) -> Resul
         return Err(Error::Invalid(format!(
             "{plain} of the session's {} events are on the log in the clear (written while \
              sealing was off): destroying its key would not make them unreadable, so nothing \
-             was forgotten",
+             was forgotten (on an embedded deployment, `strata seal --migrate` seals them in \
+             place)",
             positions.len()
         )));
     }

@@ -21,6 +21,7 @@ mod error;
 pub mod http_server;
 mod lock;
 pub mod metrics;
+pub mod migrate;
 mod sealing;
 pub mod startup;
 pub mod telemetry;
