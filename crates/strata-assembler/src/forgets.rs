@@ -3,16 +3,19 @@
 //! left for an operator to notice.
 //!
 //! A tenant's API key forgets its own sessions and end users; forgetting a whole tenant, or an
-//! end user of any tenant, takes the deployment's admin key. Each answers once it is done (after
-//! at least 5 s: the services beside this one may trust a cached key that long, and are waited
-//! out, once per request).
+//! end user of any tenant, takes the deployment's admin key. A session or a user answers once it
+//! is done (after at least 5 s: the services beside this one may trust a cached key that long,
+//! and are waited out, once per request); a whole tenant, which may hold any number of sessions,
+//! answers 202 at once with the forget's id, and `GET /v1/forgets/{id}` follows it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::delete;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{delete, get};
 use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -30,6 +33,7 @@ pub(crate) fn routes(assembler: Assembler) -> Router {
         .route("/v1/users/{user}", delete(forget_own_user))
         .route("/v1/tenants/{tenant}", delete(forget_tenant))
         .route("/v1/tenants/{tenant}/users/{user}", delete(forget_user))
+        .route("/v1/forgets/{forget}", get(forget_status))
         .with_state(assembler)
 }
 
@@ -98,20 +102,121 @@ async fn user_forgotten(
     answer(&report, &report.not_forgettable)
 }
 
-/// `DELETE /v1/tenants/{tenant}` (admin key): forgets every session of the tenant and revokes
-/// its API keys.
+/// `DELETE /v1/tenants/{tenant}` (admin key): revokes the tenant's API keys and forgets every
+/// session of it, as a job: recorded, then run in the background; answers 202 with its id at
+/// once.
 async fn forget_tenant(
     State(a): State<Assembler>,
     Path(tenant): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<impl IntoResponse, ApiError> {
     admin(&a, &headers).await?;
-    let backends = a.backends();
-    let sets = other_sets(backends).await?;
-    let report = forget::forget_tenant(backends, &sets, &tenant, "the admin key", true)
+    let sets = other_sets(a.backends()).await?;
+    let entry = forget::job::begin(a.backends(), &tenant, "the admin key")
         .await
         .map_err(forget_error)?;
-    answer(&report, &report.not_forgettable)
+    let id = entry.forget_id.clone();
+    a.forget_jobs
+        .set(&id, Live::Running(forget::Progress::default()));
+    let runner = a.clone();
+    let job_id = id.clone();
+    tokio::spawn(async move {
+        let jobs = &runner.forget_jobs;
+        let progress = |p: &forget::Progress| jobs.set(&job_id, Live::Running(p.clone()));
+        let ran = forget::job::run(runner.backends(), &sets, entry, true, &progress).await;
+        match ran {
+            Ok(_) => jobs.remove(&job_id),
+            Err(e) => {
+                tracing::warn!(forget_id = %job_id, error = %e, "a tenant's forget stopped");
+                jobs.set(&job_id, Live::Failed(e.to_string()));
+            }
+        }
+    });
+    let url = format!("/v1/forgets/{id}");
+    let body = json!({
+        "forget_id": id,
+        "tenant_id": tenant,
+        "state": "running",
+        "status_url": url,
+    });
+    Ok((StatusCode::ACCEPTED, [(header::LOCATION, url)], Json(body)))
+}
+
+/// `GET /v1/forgets/{id}` (admin key): a forget's state — `running` with its progress here,
+/// `pending` when another process runs it or a crash cut it short (it is finished at the next
+/// start of a service, or by `strata forget --resume`), `failed` with why, or `done` with what
+/// it removed (counts only).
+async fn forget_status(
+    State(a): State<Assembler>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    admin(&a, &headers).await?;
+    let entry = forget::job::find(a.backends(), &id)
+        .await
+        .map_err(forget_error)?
+        .ok_or_else(|| ApiError::not_found(format!("no forget {id:?}")))?;
+    let report: Option<Value> = entry
+        .report
+        .as_deref()
+        .and_then(|r| serde_json::from_str(r).ok());
+    let mut body = json!({
+        "forget_id": entry.forget_id,
+        "tenant_id": entry.tenant_id,
+        "kind": if forget::job::is_tenant_job(&entry) { "tenant" } else { "session" },
+        "requested_at": entry.requested_at,
+        "completed_at": entry.completed_at,
+    });
+    let state = match (&entry.completed_at, a.forget_jobs.get(&id)) {
+        (Some(_), _) => {
+            body["report"] = json!(report);
+            "done"
+        }
+        (None, Some(Live::Running(progress))) => {
+            body["progress"] = json!(progress);
+            "running"
+        }
+        (None, Some(Live::Failed(why))) => {
+            body["error"] = json!(format!(
+                "{why}; it is finished at the next start of a service, or by `strata forget \
+                 --resume`"
+            ));
+            "failed"
+        }
+        (None, None) => "pending",
+    };
+    body["state"] = json!(state);
+    Ok(Json(body))
+}
+
+/// The tenants' forgets this assembler runs, by id, while they run (a finished one is read from
+/// the audit).
+#[derive(Debug, Default)]
+pub(crate) struct Jobs(Mutex<HashMap<String, Live>>);
+
+#[derive(Debug, Clone)]
+enum Live {
+    Running(forget::Progress),
+    Failed(String),
+}
+
+impl Jobs {
+    fn set(&self, id: &str, live: Live) {
+        self.lock().insert(id.to_owned(), live);
+    }
+
+    fn get(&self, id: &str) -> Option<Live> {
+        self.lock().get(id).cloned()
+    }
+
+    fn remove(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
+        // Each operation is one map call: a panic elsewhere cannot leave it half-changed.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 async fn admin(a: &Assembler, headers: &HeaderMap) -> Result<(), ApiError> {

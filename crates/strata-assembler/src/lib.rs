@@ -276,6 +276,8 @@ pub struct Assembler {
     tokens: Arc<CachedCounter<O200k>>,
     /// One `GET /v1/sessions/{id}/eval` at a time (each re-folds its session).
     evaluations: Arc<tokio::sync::Semaphore>,
+    /// The tenants' forgets this assembler runs, while they run.
+    forget_jobs: Arc<forgets::Jobs>,
 }
 
 /// Token counts kept by one assembler.
@@ -289,6 +291,7 @@ impl Assembler {
             options,
             tokens: Arc::new(CachedCounter::new(O200k, TOKEN_CACHE_ENTRIES)),
             evaluations: Arc::new(tokio::sync::Semaphore::new(1)),
+            forget_jobs: Arc::default(),
         }
     }
 

@@ -100,12 +100,14 @@ pub(crate) async fn run(
         return refuse_if_any_left(&report.tenant_id, &report.not_forgettable);
     }
     if let Some(tenant) = &args.whole_tenant {
-        let report = forget::forget_tenant(
+        // Recorded first: a run cut short is finished by `strata forget --resume`.
+        let job = forget::job::begin(backends, tenant, &args.requested_by).await?;
+        let report = forget::job::run(
             backends,
             &other_sets,
-            tenant,
-            &args.requested_by,
+            job,
             consumers_running,
+            &print_progress,
         )
         .await?;
         return print_tenant_report(&report, args.json);
@@ -184,4 +186,25 @@ fn print_report(r: &ForgetReport) {
         r.artifacts_deleted
     );
     r.subagents.iter().for_each(print_report);
+}
+
+/// A tenant's forget, step by step, on standard error: the first step, every 100th session and
+/// the last of each phase.
+fn print_progress(p: &forget::Progress) {
+    let step = |n: usize, of: usize| n == of || n % 100 == 1;
+    let phase = if p.forgotten > 0 {
+        step(p.forgotten, p.sessions - p.not_forgettable)
+            .then(|| format!("{} of {} session(s) forgotten", p.forgotten, p.sessions))
+    } else if p.keys_destroyed > 0 {
+        step(p.keys_destroyed, p.sessions - p.not_forgettable)
+            .then(|| format!("{} of {} key(s) destroyed", p.keys_destroyed, p.sessions))
+    } else {
+        Some(format!(
+            "{} session(s) to forget, {} of them with events in the clear; {} API key(s) revoked",
+            p.sessions, p.not_forgettable, p.api_keys_revoked
+        ))
+    };
+    if let Some(line) = phase {
+        eprintln!("{line}");
+    }
 }

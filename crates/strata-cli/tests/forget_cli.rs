@@ -382,22 +382,20 @@ fn start_dev(data: &Path, seal: &str) -> (std::process::Child, u16, String) {
     (dev, port, key)
 }
 
-#[test]
-fn a_forget_cut_short_is_finished_when_strata_dev_starts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("data");
-    sealing::ok(&data, "", &["demo"]);
-    // The audit entry written, nothing else done: a crash right after the forget began.
+/// Writes a pending forget into the data directory's key store: the audit entry written,
+/// nothing else done, as a crash right after a forget began leaves it. `session` `None` is a
+/// whole tenant's forget.
+fn cut_short(data: &Path, id: &str, tenant: &str, session: Option<&str>) {
     let keys = format!("sqlite://{}", data.join("keys.db").display());
     tokio::runtime::Runtime::new()
         .expect("runtime")
         .block_on(async {
             let store = strata_keys::open(&keys).await.expect("key store");
             let entry = strata_keys::ForgetEntry {
-                forget_id: "forget-cut-short".into(),
-                tenant_id: "dev".into(),
+                forget_id: id.into(),
+                tenant_id: tenant.into(),
                 subject_hash: "written by the test".into(),
-                session_id: Some("demo-invoice-fix".into()),
+                session_id: session.map(str::to_owned),
                 requested_by: "a test".into(),
                 requested_at: "2026-12-07T00:00:00Z".into(),
                 completed_at: None,
@@ -405,11 +403,14 @@ fn a_forget_cut_short_is_finished_when_strata_dev_starts() {
             };
             store.record_forget(&entry).await.expect("a pending forget");
         });
+}
 
-    let (mut dev, port, key) = start_dev(&data, "");
-    let key = Some(key.as_str());
+/// Starts `strata dev` on `data` and waits until `done(port, its key)`; then stops it and
+/// returns the audit trail.
+fn finished_at_start(data: &Path, done: impl Fn(u16, &str) -> bool) -> String {
+    let (mut dev, port, dev_key) = start_dev(data, "");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while http(port, "GET", "/v1/sessions/demo-invoice-fix", key, "").0 != 404 {
+    while !done(port, &dev_key) {
         assert!(
             std::time::Instant::now() < deadline,
             "the pending forget was not finished"
@@ -418,9 +419,45 @@ fn a_forget_cut_short_is_finished_when_strata_dev_starts() {
     }
     let _ = Command::new("kill").arg(dev.id().to_string()).status();
     let _ = dev.wait();
-    let audit = sealing::ok(&data, "", &["forget", "--audit"]);
+    sealing::ok(data, "", &["forget", "--audit"])
+}
+
+#[test]
+fn a_forget_cut_short_is_finished_when_strata_dev_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    sealing::ok(&data, "", &["demo"]);
+    cut_short(&data, "forget-cut-short", "dev", Some("demo-invoice-fix"));
+    let audit = finished_at_start(&data, |port, key| {
+        http(port, "GET", "/v1/sessions/demo-invoice-fix", Some(key), "").0 == 404
+    });
     assert!(audit.contains("forget-cut-short"), "{audit}");
     assert!(!audit.contains("PENDING"), "{audit}");
+}
+
+#[test]
+fn a_tenants_forget_cut_short_is_finished_when_strata_dev_starts() {
+    let (dir, _) = demo_and_acme();
+    let data = dir.path().join("data");
+    cut_short(&data, "tenant-cut-short", "acme", None);
+    let audit = finished_at_start(&data, |port, _| {
+        let admin = std::fs::read_to_string(data.join("admin-api-key")).expect("admin key");
+        let (status, body) = http(
+            port,
+            "GET",
+            "/v1/forgets/tenant-cut-short",
+            Some(admin.trim()),
+            "",
+        );
+        assert_eq!(status, 200, "{body}");
+        body["state"] == "done"
+    });
+    assert!(audit.contains("tenant-cut-short"), "{audit}");
+    assert!(audit.contains("\"sessions_forgotten\":2"), "{audit}");
+    assert!(!audit.contains("PENDING"), "{audit}");
+    let all = bytes_under(&data);
+    assert!(!contains(&all, "ACME-MARKER-acme-1"));
+    assert!(!contains(&all, "ACME-MARKER-acme-2"));
 }
 
 #[test]
@@ -709,10 +746,42 @@ fn tenants_and_end_users_are_forgotten_over_http_with_the_right_credential() {
         200
     );
 
-    let (status, report) = http(port, "DELETE", "/v1/tenants/acme", admin_key, "");
-    assert_eq!(status, 200, "{report}");
-    assert_eq!(report["sessions"][0]["session_id"], "acme-2", "{report}");
-    assert_eq!(report["api_keys_revoked"], 1, "{report}");
+    // A whole tenant is a job: accepted at once, then followed to its end.
+    let (status, job) = http(port, "DELETE", "/v1/tenants/acme", admin_key, "");
+    assert_eq!(status, 202, "{job}");
+    let url = job["status_url"].as_str().expect("a status url").to_owned();
+    assert_eq!(
+        url,
+        format!("/v1/forgets/{}", job["forget_id"].as_str().expect("id"))
+    );
+    assert_eq!(
+        http(port, "GET", &url, acme_key, "").0,
+        403,
+        "a tenant's key"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let report = loop {
+        let (status, body) = http(port, "GET", &url, admin_key, "");
+        assert_eq!(status, 200, "{body}");
+        match body["state"].as_str() {
+            Some("done") => break body,
+            Some("running") => {}
+            _ => panic!("{body}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "{body}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(report["kind"], "tenant", "{report}");
+    assert_eq!(report["report"]["sessions_forgotten"], 1, "{report}");
+    assert_eq!(report["report"]["api_keys_revoked"], 1, "{report}");
+    assert!(
+        !report.to_string().contains("acme-2"),
+        "the audit holds no session id: {report}"
+    );
+    assert_eq!(
+        http(port, "GET", "/v1/forgets/fg_nope", admin_key, "").0,
+        404
+    );
     assert_eq!(
         http(port, "GET", "/v1/sessions", acme_key, "").0,
         401,

@@ -22,6 +22,8 @@ use strata_store::ProjectionStore;
 use crate::rebuild::PROJECTOR_GROUP;
 use crate::{Error, Result};
 
+pub mod job;
+
 /// What a forget did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ForgetReport {
@@ -139,6 +141,7 @@ async fn forget_with_subagents(
         all,
         requested_by,
         consumers_running,
+        &no_progress,
     )
     .await?;
     let mut reports = forgot.sessions.into_iter();
@@ -213,15 +216,42 @@ pub struct NotForgettable {
     pub why: String,
 }
 
+/// How far a forget of many sessions is, in counts only.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Progress {
+    /// Sessions to forget, and of them those with events in the clear (left as they were).
+    pub sessions: usize,
+    pub not_forgettable: usize,
+    /// Keys destroyed: from here the sessions' events are unreadable everywhere.
+    pub keys_destroyed: usize,
+    /// Sessions whose derived copies are deleted too: done.
+    pub forgotten: usize,
+    pub api_keys_revoked: u64,
+}
+
+/// Told of each step of a forget of many sessions.
+pub type OnProgress<'a> = &'a (dyn Fn(&Progress) + Send + Sync);
+
+/// For callers that follow no progress.
+pub fn no_progress(_: &Progress) {}
+
 /// Forgets every session of `tenant` (each with its audit entry, as [`forget_session`] does)
-/// and revokes its API keys ([`forget_sessions`]).
+/// after revoking its API keys, so that it writes nothing new meanwhile ([`forget_sessions`]).
 pub async fn forget_tenant(
     backends: &Backends,
     other_sets: &[Arc<dyn ProjectionStore>],
     tenant: &str,
     requested_by: &str,
     consumers_running: bool,
+    on_progress: OnProgress<'_>,
 ) -> Result<TenantForgetReport> {
+    let mut api_keys_revoked = 0;
+    let now = strata_store::now_utc();
+    for key in backends.store.api_keys(Some(tenant)).await? {
+        if key.revoked_at.is_none() && backends.store.revoke_api_key(&key.key_id, &now).await? {
+            api_keys_revoked += 1;
+        }
+    }
     let sessions = backends
         .store
         .sessions(tenant)
@@ -229,6 +259,12 @@ pub async fn forget_tenant(
         .into_iter()
         .map(|s| s.session_id)
         .collect();
+    let with_keys = |p: &Progress| {
+        on_progress(&Progress {
+            api_keys_revoked,
+            ..p.clone()
+        })
+    };
     let forgot = forget_sessions(
         backends,
         other_sets,
@@ -236,21 +272,15 @@ pub async fn forget_tenant(
         sessions,
         requested_by,
         consumers_running,
+        &with_keys,
     )
     .await?;
-    let mut report = TenantForgetReport {
+    Ok(TenantForgetReport {
         tenant_id: tenant.to_owned(),
         sessions: forgot.sessions,
         not_forgettable: forgot.not_forgettable,
-        api_keys_revoked: 0,
-    };
-    let now = strata_store::now_utc();
-    for key in backends.store.api_keys(Some(tenant)).await? {
-        if key.revoked_at.is_none() && backends.store.revoke_api_key(&key.key_id, &now).await? {
-            report.api_keys_revoked += 1;
-        }
-    }
-    Ok(report)
+        api_keys_revoked,
+    })
 }
 
 /// What forgetting a set of sessions did.
@@ -296,6 +326,7 @@ pub async fn forget_user(
         sessions,
         requested_by,
         consumers_running,
+        &no_progress,
     )
     .await
 }
@@ -312,11 +343,16 @@ pub async fn forget_sessions(
     sessions: Vec<String>,
     requested_by: &str,
     consumers_running: bool,
+    on_progress: OnProgress<'_>,
 ) -> Result<SessionsForgotten> {
     let ring = key_ring(backends)?;
     let mut report = SessionsForgotten {
         tenant_id: tenant.to_owned(),
         ..SessionsForgotten::default()
+    };
+    let mut progress = Progress {
+        sessions: sessions.len(),
+        ..Progress::default()
     };
     let mut begun = Vec::new();
     for session in sessions {
@@ -333,10 +369,14 @@ pub async fn forget_sessions(
             Err(e) => return Err(e),
         }
     }
+    progress.not_forgettable = report.not_forgettable.len();
+    on_progress(&progress);
     let mut destroyed = Vec::with_capacity(begun.len());
     for (entry, _) in &begun {
         let session = entry.session_id.as_deref().unwrap_or_default();
         destroyed.push(ring.destroy_session_key(tenant, session).await?);
+        progress.keys_destroyed += 1;
+        on_progress(&progress);
     }
     if consumers_running && !begun.is_empty() {
         settle(backends).await?;
@@ -346,6 +386,8 @@ pub async fn forget_sessions(
         done.sealed_events = sealed_events;
         done.key_destroyed = key_destroyed;
         report.sessions.push(done);
+        progress.forgotten += 1;
+        on_progress(&progress);
     }
     Ok(report)
 }
@@ -360,9 +402,21 @@ pub async fn resume_pending(
         return Ok(Vec::new());
     };
     let mut done = Vec::new();
-    for mut entry in ring.store().forgets(true).await? {
+    let (sessions, tenants): (Vec<_>, Vec<_>) = ring
+        .store()
+        .forgets(true)
+        .await?
+        .into_iter()
+        .partition(|e| e.session_id.is_some());
+    for mut entry in sessions {
         tracing::info!(forget_id = %entry.forget_id, "resuming a forget cut short");
         done.push(carry_out(backends, ring, other_sets, &mut entry, consumers_running).await?);
+    }
+    // A tenant's forget after its sessions' own: what it had begun is finished, the rest done.
+    for entry in tenants {
+        tracing::info!(forget_id = %entry.forget_id, "resuming a tenant's forget cut short");
+        let report = job::run(backends, other_sets, entry, consumers_running, &no_progress).await?;
+        done.extend(report.sessions);
     }
     Ok(done)
 }
@@ -502,11 +556,16 @@ async fn settle(backends: &Backends) -> Result<()> {
 
 /// The audit trail's name for a subject: no id in the clear once the forget is done.
 fn subject_hash(tenant: &str, session: &str) -> String {
+    subject_of(tenant, "session:", session)
+}
+
+/// SHA-256 of `tenant \0 kind id`, hex.
+fn subject_of(tenant: &str, kind: &str, id: &str) -> String {
     let mut hasher = Sha256::new();
     hasher.update(tenant.as_bytes());
     hasher.update([0]);
-    hasher.update(b"session:");
-    hasher.update(session.as_bytes());
+    hasher.update(kind.as_bytes());
+    hasher.update(id.as_bytes());
     hex::encode(hasher.finalize())
 }
 
