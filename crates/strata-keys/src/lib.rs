@@ -16,7 +16,9 @@ use std::path::PathBuf;
 
 pub use master::MasterKey;
 pub use ring::{session_subject, KeyRing, RecordCodec, DEFAULT_CACHED_KEYS, KEY_CACHE_TTL};
-pub use store::{open, ForgetEntry, KeyStore, PgKeyStore, Sealing, SqliteKeyStore, StoredKey};
+pub use store::{
+    open, DestroyedKeys, ForgetEntry, KeyStore, PgKeyStore, Sealing, SqliteKeyStore, StoredKey,
+};
 pub use strata_codec::AvroCodec;
 
 /// Everything that can go wrong with data keys.

@@ -16,8 +16,9 @@ use crate::{Error, Result};
 pub const DEFAULT_CACHED_KEYS: usize = 10_000;
 
 /// How long a ring trusts a key it unwrapped before asking the key store again. A key destroyed
-/// by another process (a forget) is sealed and opened with for at most this long; a forget
-/// waits it out before it deletes the derived copies.
+/// by another process (a forget) is sealed and opened with for at most this long — much less
+/// where the store announces it ([`KeyRing::follow_destroyed`]); a forget waits it out before it
+/// deletes the derived copies.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
 
 /// A cached key and when it was read from the key store.
@@ -44,6 +45,26 @@ impl KeyRing {
             master,
             cache: Mutex::new(LruCache::new(DEFAULT_CACHED_KEYS)),
         }
+    }
+
+    /// Evicts each key the store says another process destroyed, as it is destroyed, for as
+    /// long as the ring lives; without such news (SQLite) the cache's trust runs out after
+    /// [`KEY_CACHE_TTL`] instead.
+    pub async fn follow_destroyed(self: &Arc<Self>) -> Result<()> {
+        let Some(mut destroyed) = self.store.watch_destroyed().await? else {
+            return Ok(());
+        };
+        let ring = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Some(news) = destroyed.recv().await {
+                let Some(ring) = ring.upgrade() else { break };
+                match news {
+                    Some((tenant_id, subject)) => ring.evict(&tenant_id, &subject),
+                    None => ring.lock().clear(),
+                }
+            }
+        });
+        Ok(())
     }
 
     /// The key store behind the ring.

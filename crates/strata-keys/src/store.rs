@@ -7,7 +7,7 @@
 
 use async_trait::async_trait;
 use chrono::Utc;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::Row;
 
@@ -100,6 +100,32 @@ pub trait KeyStore: Send + Sync + std::fmt::Debug {
 
     /// Whether any data key was ever made (live or destroyed): the deployment sealed before.
     async fn has_keys(&self) -> Result<bool>;
+
+    /// The keys any process destroys from now on, as it destroys them, when the store can tell
+    /// (PostgreSQL: `LISTEN`); `None` when it cannot (SQLite: one process owns it). An item
+    /// `None` says some may have been missed (the connection was lost): drop every cached key.
+    async fn watch_destroyed(&self) -> Result<Option<DestroyedKeys>> {
+        Ok(None)
+    }
+}
+
+/// Destroyed keys as `(tenant, subject)`; `None`: some were missed.
+pub type DestroyedKeys = tokio::sync::mpsc::Receiver<Option<(String, String)>>;
+
+/// The channel a destroyed key is announced on.
+const DESTROYED_CHANNEL: &str = "strata_keys_destroyed";
+
+/// A destroyed key's announcement: the tenant's length, then tenant and subject (no separator
+/// either could contain).
+fn announcement(tenant_id: &str, subject: &str) -> String {
+    format!("{}:{tenant_id}{subject}", tenant_id.len())
+}
+
+fn announced(payload: &str) -> Option<(String, String)> {
+    let (len, rest) = payload.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    let tenant = rest.get(..len)?;
+    Some((tenant.to_owned(), rest[len..].to_owned()))
 }
 
 /// A deployment's sealing setting as its key store records it.
@@ -568,6 +594,13 @@ impl KeyStore for PgKeyStore {
         .execute(&self.pool)
         .await
         .map_err(|e| Error::store("destroy a data key", e))?;
+        // Every process that watches evicts it now, not when its cache's trust runs out.
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(DESTROYED_CHANNEL)
+            .bind(announcement(tenant_id, subject))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::store("announce a destroyed data key", e))?;
         // The old row version holds the wrapped bytes until a vacuum prunes it; they are useless
         // without the master key, and this makes their life short.
         if let Err(e) = sqlx::query("VACUUM strata_keys.data_keys")
@@ -577,6 +610,35 @@ impl KeyStore for PgKeyStore {
             tracing::warn!(error = %e, "could not vacuum strata_keys.data_keys after a destroy");
         }
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn watch_destroyed(&self) -> Result<Option<DestroyedKeys>> {
+        let mut listener = PgListener::connect_with(&self.pool)
+            .await
+            .map_err(|e| Error::store("listen for destroyed keys", e))?;
+        listener
+            .listen(DESTROYED_CHANNEL)
+            .await
+            .map_err(|e| Error::store("listen for destroyed keys", e))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        tokio::spawn(async move {
+            while !tx.is_closed() {
+                let item = match listener.try_recv().await {
+                    Ok(Some(n)) => announced(n.payload()),
+                    // The connection was lost (the next call reconnects): some may be missed.
+                    Ok(None) => None,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "listening for destroyed keys failed; retrying");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        None
+                    }
+                };
+                if tx.send(item).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Some(rx))
     }
 
     async fn record_forget(&self, entry: &ForgetEntry) -> Result<()> {
@@ -640,5 +702,23 @@ impl PgKeyStore {
             .await
             .map_err(|e| Error::store("record the sealing setting", e))?;
         self.sealing().await?.ok_or(Error::Vanished)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_announcement_reads_back_whatever_the_ids_hold() {
+        for (tenant, subject) in [("acme", "session:s-1"), ("a:b", "session:x:y"), ("", "")] {
+            let said = announcement(tenant, subject);
+            assert_eq!(
+                announced(&said),
+                Some((tenant.to_owned(), subject.to_owned()))
+            );
+        }
+        assert_eq!(announced("9:short"), None);
+        assert_eq!(announced("nonsense"), None);
     }
 }

@@ -265,6 +265,55 @@ async fn a_warm_ring_stops_using_a_key_destroyed_elsewhere_within_its_cache_ttl(
     assert!(matches!(err, Error::Forgotten { .. }), "{err}");
 }
 
+/// On a key store that announces destroyed keys (PostgreSQL), a ring in another process stops
+/// using a destroyed key at once, not when its cache's trust runs out.
+#[tokio::test]
+async fn a_key_destroyed_elsewhere_is_evicted_at_once_where_the_store_announces_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = dir.path().join("master.key");
+    let mut announcing = 0;
+    for (name, store) in stores(dir.path()).await {
+        // Another process: a store of its own (its own connections), a ring of its own.
+        let other: Arc<dyn KeyStore> = match name {
+            "postgres" => strata_keys::open(&std::env::var("STRATA_TEST_POSTGRES_URL").unwrap())
+                .await
+                .expect("a second postgres key store"),
+            _ => continue,
+        };
+        announcing += 1;
+        let master_key = || MasterKey::load_or_create(&master).expect("master key");
+        let service = Arc::new(KeyRing::new(Arc::clone(&store), master_key()));
+        service.follow_destroyed().await.expect("follow");
+        let admin = KeyRing::new(other, master_key());
+        let codec = RecordCodec::with_keys(Arc::clone(&service), true);
+        let session = unique("evicted");
+        let e = event("t", &session, 1, "words");
+        let record = codec.encode(&e).await.expect("seal");
+        assert_eq!(codec.decode(&record).await.expect("cached"), e);
+        let destroyed_at = std::time::Instant::now();
+        assert!(admin
+            .destroy_session_key("t", &session)
+            .await
+            .expect("destroy"));
+        loop {
+            match codec.decode(&record).await {
+                Err(Error::Forgotten { .. }) => break,
+                Ok(_) => {}
+                Err(e) => panic!("{name}: {e}"),
+            }
+            assert!(
+                destroyed_at.elapsed() < strata_keys::KEY_CACHE_TTL / 5,
+                "{name}: the key was still in use after {:?}",
+                destroyed_at.elapsed()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+    if std::env::var_os("CI").is_some() {
+        assert_eq!(announcing, 1, "PostgreSQL is tested under CI");
+    }
+}
+
 #[tokio::test]
 async fn a_deployment_records_its_sealing_once_and_changes_it_only_when_told() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -55,6 +55,7 @@ pub(crate) async fn record_codec(
         (_, true) => MasterKey::load(&path)?,
     };
     let ring = Arc::new(KeyRing::new(store, master));
+    ring.follow_destroyed().await?;
     Ok(Some(RecordCodec::with_keys(ring, seal)))
 }
 
