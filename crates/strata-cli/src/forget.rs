@@ -190,7 +190,7 @@ fn print_report(r: &ForgetReport) {
 
 /// A tenant's forget, step by step, on standard error: the first step, every 100th session and
 /// the last of each phase.
-fn print_progress(p: &forget::Progress) {
+pub(crate) fn print_progress(p: &forget::Progress) {
     let step = |n: usize, of: usize| n == of || n % 100 == 1;
     let phase = if p.forgotten > 0 {
         step(p.forgotten, p.sessions - p.not_forgettable)

@@ -22,6 +22,7 @@ mod forget;
 mod import;
 mod jsonl;
 mod replay;
+mod retention;
 mod view;
 
 use std::path::PathBuf;
@@ -163,6 +164,9 @@ enum Command {
     /// or every session of a tenant (--whole-tenant). Needs a sealed log from the session's first
     /// event (the default for a new deployment).
     Forget(forget::ForgetArgs),
+    /// Forget the sessions idle for more than --idle-days (their newest event older), per
+    /// tenant, as `strata forget` does; `--dry-run` lists them. Run it on a schedule.
+    Retention(retention::RetentionArgs),
     /// Show whether this deployment seals its log, or change it on purpose (`on` / `off`):
     /// sealing is the deployment's, recorded in its key store, not a flag of each process.
     Seal {
@@ -626,6 +630,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => bench::run(events, assemblies).await,
         Command::Seal { migrate: true, .. } => seal_migrate(opts).await,
         Command::Seal { set, .. } => seal(opts, set).await,
+        Command::Retention(args) => {
+            let backends = open_current(opts, wait, "strata retention").await?;
+            retention::run(&backends, &args).await
+        }
         Command::Forget(args) => {
             let backends = open_current(opts, wait, "strata forget").await?;
             let tenant = match &args.session {

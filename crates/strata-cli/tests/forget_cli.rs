@@ -265,6 +265,70 @@ fn an_unsealed_deployment_sealed_in_place_by_migrate_forgets_and_reads_back_the_
     assert_eq!(export(&data, "kept"), kept);
 }
 
+/// A session of tenant dev that moved just now.
+fn fresh_session() -> String {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    [
+        json!({"event_id": "fresh-1", "tenant_id": "dev", "session_id": "fresh",
+            "timestamp": now, "type": "SessionStarted",
+            "payload": {"model": {"provider": "openai", "model": "gpt-4o"},
+                "context_window_tokens": 128000, "reserved_output_tokens": 8000}}),
+        json!({"event_id": "fresh-2", "tenant_id": "dev", "session_id": "fresh",
+            "timestamp": now, "type": "UserPromptSubmitted",
+            "payload": {"message_id": "u1", "text": "FRESH-MARKER: keep me"}}),
+    ]
+    .map(|e| e.to_string())
+    .join("\n")
+        + "\n"
+}
+
+#[test]
+fn retention_forgets_the_sessions_idle_past_the_cutoff_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    sealing::ok(&data, "", &["demo"]);
+    for (name, events) in [
+        ("kept.jsonl", other_session()),
+        ("fresh.jsonl", fresh_session()),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, events).expect("fixture");
+        sealing::ok(&data, "", &["import", path.to_str().expect("utf-8")]);
+    }
+    // `kept` moved in June 2026; `fresh` now, and the demo too (its assemblies are recorded).
+    let listed = sealing::ok(&data, "", &["retention", "--idle-days", "30", "--dry-run"]);
+    assert!(listed.contains("would forget kept"), "{listed}");
+    assert!(!listed.contains("would forget fresh"), "{listed}");
+    assert!(!listed.contains("would forget demo"), "{listed}");
+    sealing::ok(&data, "", &["export", "kept", "--tenant", "dev"]);
+    let out = sealing::ok(&data, "", &["retention", "--idle-days", "100000"]);
+    assert!(out.contains("0 idle"), "nothing is that old: {out}");
+
+    let out = sealing::ok(&data, "", &["retention", "--idle-days", "30", "--json"]);
+    let reports: Value = serde_json::from_str(&out).expect("json");
+    let dev = reports
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["tenant_id"] == "dev"))
+        .unwrap_or_else(|| panic!("{reports}"));
+    assert_eq!(dev["forgotten"], 1, "{dev}");
+    assert_eq!(dev["examined"], 3, "{dev}");
+    let out = strata(&data, "", &["export", "kept", "--tenant", "dev"]);
+    assert!(!out.status.success(), "kept is gone");
+    let fresh = sealing::ok(&data, "", &["export", "fresh", "--tenant", "dev"]);
+    assert!(fresh.contains("FRESH-MARKER"));
+    sealing::ok(
+        &data,
+        "",
+        &["export", "demo-invoice-fix", "--tenant", "dev"],
+    );
+    assert!(!contains(&bytes_under(&data), "KEPT-MARKER"));
+    let audit = sealing::ok(&data, "", &["forget", "--audit"]);
+    assert!(
+        audit.contains("retention: idle for more than 30 day(s)"),
+        "{audit}"
+    );
+}
+
 #[test]
 fn the_default_data_directory_imports_assembles_and_forgets_with_no_flag_at_all() {
     let dir = tempfile::tempdir().expect("tempdir");

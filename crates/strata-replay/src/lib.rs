@@ -23,6 +23,7 @@ mod fold;
 pub mod forget;
 pub mod rebuild;
 pub mod replay;
+pub mod retention;
 mod source;
 pub mod verify;
 pub mod workload;
