@@ -1,4 +1,4 @@
-//! The context assembler (SPEC §7): reads a snapshot of the projections, runs the core's pure
+//! The context assembler: reads a snapshot of the projections, runs the core's pure
 //! [`strata_core::assembly::assemble`], and records the result on the log as a `ContextBuilt`
 //! event, so every assembly is itself replayable and auditable.
 //!

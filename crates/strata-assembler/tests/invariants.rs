@@ -1,4 +1,4 @@
-//! SPEC §8 invariants 1, 5, 6, 9 and 12 on the real embedded pipeline: ingest → file log →
+//! Invariants 1, 5, 6, 9 and 12 (`docs/design/invariants.md`) on the real embedded pipeline: ingest → file log →
 //! projector → SQLite → assembler.
 
 use std::sync::Arc;

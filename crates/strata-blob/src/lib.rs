@@ -1,4 +1,4 @@
-//! Artifacts (SPEC §4): raw tool outputs and files, stored content-addressed by SHA-256 through
+//! Artifacts: raw tool outputs and files, stored content-addressed by SHA-256 through
 //! `object_store`, so the same bytes are stored once and a re-upload is a no-op.
 //!
 //! # Backends

@@ -1,4 +1,4 @@
-//! `strata bench scenarios`: the scenario suite of SPEC §10 (`tests/scenarios`), each run end to
+//! `strata bench scenarios`: the scenario suite (`tests/scenarios`), each run end to
 //! end on a scratch embedded data directory; prints per scenario the tokens of transcript replay
 //! against the assembled context and whether every must-keep fact held.
 

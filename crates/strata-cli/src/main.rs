@@ -1,4 +1,4 @@
-//! `strata`: Strata's command-line interface (SPEC §9).
+//! `strata`: Strata's command-line interface.
 //!
 //! Every verb runs on its own against the data directory (embedded default) or the backends
 //! named by `STRATA_LOG`, `STRATA_DB`, `STRATA_HOT`, `STRATA_BLOB`. A verb first brings the
@@ -229,7 +229,7 @@ enum BenchWhat {
         #[command(flatten)]
         servers: bench_replay::KafkaServers,
     },
-    /// The scenario suite of SPEC §10 instead: transcript replay against assembled context,
+    /// The scenario suite (`tests/scenarios`) instead: transcript replay against assembled context,
     /// and whether every must-keep fact held (exit status 1 when one did not).
     Scenarios {
         /// Directory of `<name>.jsonl` + `<name>.expect.json` pairs [default: ./tests/scenarios,

@@ -1,4 +1,4 @@
-//! End to end through the real `strata` binary (SPEC §8, §9): import/export, context, inspect,
+//! End to end through the real `strata` binary: import/export, context, inspect,
 //! demo and the dev server, each test on its own data directory.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Strata's wire format: the Avro schemas of the event and the codec the log uses (SPEC §3).
+//! Strata's wire format: the Avro schemas of the event and the codec the log uses.
 //!
 //! # Record layout
 //!

@@ -1,4 +1,4 @@
-//! The compactor (SPEC §6). It consumes the log in its own consumer group, keeps each session's
+//! The compactor. It consumes the log in its own consumer group, keeps each session's
 //! raw events of the main branch, and when the tokens not yet covered by a compaction exceed a
 //! configurable fraction of the session's budget (window minus reserved output) it runs the
 //! pure [`strata_core::compaction::compact`] and appends the `CompactionCompleted` record —

@@ -1,4 +1,4 @@
-//! Auditable compaction (SPEC §6): range selection, a pluggable [`Summarizer`] with a
+//! Auditable compaction: range selection, a pluggable [`Summarizer`] with a
 //! deterministic default, and the [`CompressionCheck`] that decides whether a compaction may
 //! stand in for its range.
 //!
@@ -104,7 +104,7 @@ pub struct Provenance {
     pub source_event_ids: Vec<String>,
 }
 
-/// The compaction record of SPEC §6.
+/// The compaction record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompactionRecord {
     pub compaction_id: String,

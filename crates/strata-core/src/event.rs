@@ -1,4 +1,4 @@
-//! The canonical event: JSON contract v1 (SPEC §4).
+//! The canonical event: JSON contract v1.
 //!
 //! The JSON shape is fixed by the contract, so [`Event`] converts to and from
 //! [`serde_json::Value`] by hand instead of deriving: that way every field error can name the

@@ -1,5 +1,5 @@
-//! Strata's domain core: the canonical event model (SPEC §4), the projection fold (SPEC §5) and
-//! the assembly policy (SPEC §7). Everything here is pure: no I/O, no clocks, no randomness, so
+//! Strata's domain core: the canonical event model, the projection fold and
+//! the assembly policy. Everything here is pure: no I/O, no clocks, no randomness, so
 //! the same log always folds to the same state and the same snapshot always assembles to the same
 //! bytes.
 

@@ -1,4 +1,4 @@
-//! Governed memory (SPEC §6): the memory model, the deterministic tool-family extractors and the
+//! Governed memory: the memory model, the deterministic tool-family extractors and the
 //! pure [`MemoryEngine`] that turns log events into `MemoryRecorded` / `MemorySuperseded`
 //! payloads.
 //!

@@ -1,4 +1,4 @@
-//! Payloads of the v1 event types (SPEC §4). Unknown payload fields are kept in `extra`.
+//! Payloads of the v1 event types. Unknown payload fields are kept in `extra`.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -455,7 +455,7 @@ pub struct ToolCallRequested {
     pub extra: Map<String, Value>,
 }
 
-/// Privacy classes of SPEC §7, from least to most protected.
+/// Privacy classes, from least to most protected.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
@@ -478,7 +478,7 @@ impl PrivacyClass {
     }
 }
 
-/// Freshness classes of SPEC §6.
+/// Freshness classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FreshnessClass {
@@ -673,7 +673,7 @@ impl ProviderItemRecorded {
     }
 }
 
-/// A governed memory (SPEC §6). The extractor that writes these is its own issue; the shape is
+/// A governed memory. The extractor that writes these is its own issue; the shape is
 /// fixed here so the log can carry them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MemoryRecorded {

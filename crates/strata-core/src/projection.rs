@@ -1,4 +1,4 @@
-//! The projection fold (SPEC §5): a pure function from (session fold, event) to the session fold
+//! The projection fold: a pure function from (session fold, event) to the session fold
 //! after it plus the row changes a projection store must write.
 //!
 //! The fold is the only place that decides what an event means for state; stores only persist
@@ -51,7 +51,7 @@ pub struct OpenError {
     pub orphan: bool,
 }
 
-/// What the agent is doing on one branch, derived from the log (SPEC §5 AgentState).
+/// What the agent is doing on one branch, derived from the log.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentState {
     pub goal: Option<Sourced>,

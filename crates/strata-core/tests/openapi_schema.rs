@@ -93,7 +93,7 @@ fn components() -> Vec<(String, Value)> {
     }
     let one_of: Vec<Value> = mapping.values().map(|r| json!({"$ref": r})).collect();
     let union = json!({
-        "description": "The canonical event, JSON contract v1 (SPEC §4): the envelope, and the \
+        "description": "The canonical event, JSON contract v1: the envelope, and the \
             payload of its type. Unknown fields are kept, at the top level and in payloads.",
         "oneOf": one_of,
         "discriminator": {"propertyName": "type", "mapping": mapping},

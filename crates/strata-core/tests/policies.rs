@@ -1,4 +1,4 @@
-//! The policy set of SPEC §7 on pure snapshots: participant visibility, privacy against the
+//! The policy set on pure snapshots: participant visibility, privacy against the
 //! provider, recovery state, subagents, raw rehydration, branch exclusions and the "why (not)"
 //! explanations — each decision visible in the ContextAssembly record.
 

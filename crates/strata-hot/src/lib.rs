@@ -1,4 +1,4 @@
-//! Hot state (SPEC §3): small, frequently read per-session facts kept next to the services —
+//! Hot state: small, frequently read per-session facts kept next to the services —
 //! the session's log head (for seq assignment and `expected_seq`), recently accepted event ids
 //! (idempotency), and the projected state and open tool calls (the assembler's fast path).
 //!

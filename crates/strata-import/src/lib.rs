@@ -1,5 +1,5 @@
 //! Importers: agent trajectories in the formats agent platforms already write, turned into
-//! canonical events (SPEC §4).
+//! canonical events.
 //!
 //! Every importer
 //! - streams: it reads a file record by record (a JSONL line, or an element of a JSON document's

@@ -1,4 +1,4 @@
-//! The ingest service (SPEC §3–4): the only way events reach the log.
+//! The ingest service: the only way events reach the log.
 //!
 //! For each batch, in this order, all or nothing:
 //! 1. parse and validate every event, reporting every field error with its event and field;

@@ -1,4 +1,4 @@
-//! `POST /v1/events` through the real router, on the embedded backends (SPEC §4, §9): every
+//! `POST /v1/events` through the real router, on the embedded backends: every
 //! refusal answers a JSON error that says what and where, and appends nothing; accepted batches
 //! are deduplicated, sequenced per session and offload large tool outputs. The read side is
 //! checked for tenant isolation too.

@@ -1,4 +1,4 @@
-//! The durable event log (SPEC §3): the [`EventLog`] port and its backends.
+//! The durable event log: the [`EventLog`] port and its backends.
 //!
 //! The port is shaped after Kafka so that a Kafka backend (`rdkafka`) can serve it unchanged:
 //! a fixed number of partitions, records addressed by `(partition, offset)`, keys that choose

@@ -1,4 +1,4 @@
-//! The memory extractor (SPEC §6). It consumes the log in its own consumer group, folds every
+//! The memory extractor. It consumes the log in its own consumer group, folds every
 //! event into a [`MemoryEngine`] (deterministic tool-family extractors, supersession from
 //! provenance, conflicts, scoped invalidation) and appends what the engine derives —
 //! `MemoryRecorded` and `MemorySuperseded` — back to the log through ingest, so the projector

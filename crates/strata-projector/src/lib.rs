@@ -1,4 +1,4 @@
-//! The state projector (SPEC §3, §5): consumes the log in its consumer group, folds each event
+//! The state projector: consumes the log in its consumer group, folds each event
 //! with the core's pure [`strata_core::projection::apply`], and writes the rows, the sessions'
 //! fold state and its consumer offsets to the projection store **in one transaction** per batch.
 //!

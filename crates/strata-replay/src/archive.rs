@@ -1,4 +1,4 @@
-//! The log archive (SPEC §3, archiver): the log copied into Avro object container files in blob
+//! The log archive: the log copied into Avro object container files in blob
 //! storage, one file per partition and offset range, listed by a manifest, so that replay and
 //! rebuild can read records the log no longer keeps.
 //!

@@ -1,4 +1,4 @@
-//! Replay, rebuild and verification (SPEC §1, §8): the log as the source of truth.
+//! Replay, rebuild and verification: the log as the source of truth.
 //!
 //! - [`replay`]: runs recorded sessions through the pure fold and the assembler into a
 //!   **scratch** projection set that production never reads, under the recorded assembly policy

@@ -91,7 +91,7 @@ pub const FIRST_OPEN_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest wait between two attempts to open a backend.
 pub const MAX_OPEN_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Backend URLs (SPEC §3), from flags or the environment. Unset URLs default to the embedded
+/// Backend URLs, from flags or the environment. Unset URLs default to the embedded
 /// backends under `--data-dir`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BackendOpts {

@@ -1,5 +1,5 @@
-//! The scenario suite of SPEC §10: each scenario is a session of canonical events
-//! (`<name>.jsonl`, the JSON contract of SPEC §4, one event a line) and what the assembled
+//! The scenario suite (`tests/scenarios/README.md`): each scenario is a session of canonical events
+//! (`<name>.jsonl`, the JSON contract of `docs/openapi.yaml`, one event a line) and what the assembled
 //! context must hold (`<name>.expect.json`). [`run`] plays a scenario end to end on a scratch
 //! embedded data directory — ingest, projector, memory extractor, compactor when asked,
 //! projector again, assembler — and checks the provider payload and the assembly record against

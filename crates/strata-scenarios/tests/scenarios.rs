@@ -1,4 +1,4 @@
-//! The scenario suite of SPEC §10, end to end on the embedded backends: every scenario keeps its
+//! The scenario suite (`tests/scenarios/README.md`), end to end on the embedded backends: every scenario keeps its
 //! facts; the six the seeds measured (at 82-90%) each cut at least 78% of the transcript-replay
 //! tokens and at least 88% on average; the average over all sixteen stays above a regression
 //! floor (it includes a scenario that must send raw bytes: exact CSV rehydration).
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use strata_scenarios::{average_reduction, load, run_all, table};
 
-/// The scenario catalogue of SPEC §10, by fixture name.
+/// The scenario catalogue (`tests/scenarios/README.md`), by fixture name.
 const CATALOGUE: [&str; 16] = [
     "pending_document_selection",
     "multi_tool_file_generation",
@@ -55,7 +55,7 @@ async fn every_scenario_keeps_its_facts_and_beats_transcript_replay() {
     for name in CATALOGUE {
         assert!(
             names.contains(&name),
-            "scenario {name} of SPEC §10 is missing"
+            "scenario {name} of the catalogue is missing"
         );
     }
     let results = run_all(&scenarios).await.unwrap_or_else(|e| panic!("{e}"));

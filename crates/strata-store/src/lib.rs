@@ -1,4 +1,4 @@
-//! Strata's projection store (SPEC §5): the [`ProjectionStore`] port and its backends, chosen by
+//! Strata's projection store: the [`ProjectionStore`] port and its backends, chosen by
 //! URL. `sqlite://PATH` is the embedded default ([`sqlite::SqliteStore`]); `postgres://…` (or
 //! `postgresql://…`) is the distributed one ([`postgres::PgStore`]). Both are always compiled,
 //! and one conformance suite (`tests/conformance.rs`) runs against each.

@@ -1,4 +1,4 @@
-//! Context assembly (SPEC §7): from a snapshot of the projections to a provider-neutral bundle
+//! Context assembly: from a snapshot of the projections to a provider-neutral bundle
 //! and the ContextAssembly record that explains it.
 //!
 //! The policy, in order of precedence:
@@ -276,7 +276,7 @@ impl std::error::Error for PolicyVersionError {}
 /// Version of the assembler code.
 pub const ASSEMBLER_VERSION: &str = concat!("strata-assembler/", env!("CARGO_PKG_VERSION"));
 
-/// The tiers of SPEC §7.
+/// The tiers of an assembly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Tier {
     P0,
@@ -556,7 +556,7 @@ pub struct Omission {
     pub tokens: u64,
 }
 
-/// The ContextAssembly record (SPEC §7): everything needed to answer "why X" and "why not Y".
+/// The ContextAssembly record: everything needed to answer "why X" and "why not Y".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContextAssembly {
     pub assembly_id: String,
