@@ -68,7 +68,35 @@ pub enum Error {
     /// Stored bytes do not hash to their address (corruption).
     #[error("artifact {0} is corrupt: its bytes do not match its hash")]
     Corrupt(String),
+    /// A sealed artifact that cannot be opened here: no key ring, or one that fails.
+    #[error("artifact {sha256} is sealed: {why}")]
+    Sealed { sha256: String, why: String },
 }
+
+/// Seals and opens artifacts with a key per content (crypto-shredding: destroying it makes
+/// every copy unreadable, backups and object versions included). The runtime implements it
+/// over the key ring; a store without one writes plain artifacts and cannot open sealed ones.
+#[async_trait::async_trait]
+pub trait ArtifactKeys: Send + Sync + std::fmt::Debug {
+    /// `plain`, artifact `sha256` of `tenant`, sealed; `None` when new artifacts are not sealed.
+    async fn seal(
+        &self,
+        tenant: &str,
+        sha256: &str,
+        plain: &[u8],
+    ) -> std::result::Result<Option<Vec<u8>>, String>;
+
+    /// A sealed artifact opened; `None` when its key was destroyed (it was forgotten).
+    async fn open(
+        &self,
+        tenant: &str,
+        sha256: &str,
+        sealed: &[u8],
+    ) -> std::result::Result<Option<Vec<u8>>, String>;
+}
+
+/// What a sealed artifact's stored bytes start with (a plain one is the content as it was).
+const SEALED_MAGIC: &[u8] = b"\0strata-sealed-artifact/1\0";
 
 /// Result with the blob store's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -98,6 +126,8 @@ pub struct BlobStore {
     /// Configured credentials, scrubbed from error messages (S3 error bodies can echo the
     /// access key id).
     secrets: Arc<[String]>,
+    /// Seals new artifacts and opens sealed ones, when the deployment has keys.
+    keys: Option<Arc<dyn ArtifactKeys>>,
 }
 
 impl std::fmt::Debug for BlobStore {
@@ -201,7 +231,14 @@ impl BlobStore {
             store,
             name,
             secrets: secrets.into(),
+            keys: None,
         }
+    }
+
+    /// The same store, sealing and opening artifacts with `keys`.
+    pub fn with_keys(mut self, keys: Arc<dyn ArtifactKeys>) -> BlobStore {
+        self.keys = Some(keys);
+        self
     }
 
     /// The store's name as errors give it, e.g. `s3://bucket/prefix`.
@@ -232,6 +269,7 @@ impl BlobStore {
         let sha256 = strata_core::sha256_hex(&bytes);
         let len = bytes.len() as u64;
         let path = Self::path(tenant, &sha256);
+        let bytes = self.sealed(tenant, &sha256, bytes).await?;
         let created = match self
             .store
             .put_opts(
@@ -270,10 +308,49 @@ impl BlobStore {
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.error("get", e)),
         };
+        let Some(bytes) = self.opened(tenant, sha256, bytes).await? else {
+            return Ok(None);
+        };
         if strata_core::sha256_hex(&bytes) != sha256 {
             return Err(Error::Corrupt(sha256.to_owned()));
         }
         Ok(Some(bytes))
+    }
+
+    /// `plain` as stored: sealed when the store has keys that seal.
+    async fn sealed(&self, tenant: &str, sha256: &str, plain: Bytes) -> Result<Bytes> {
+        let Some(keys) = &self.keys else {
+            return Ok(plain);
+        };
+        let sealing = keys.seal(tenant, sha256, &plain).await;
+        match sealing.map_err(|why| Error::Sealed {
+            sha256: sha256.to_owned(),
+            why,
+        })? {
+            Some(sealed) => Ok([SEALED_MAGIC, &sealed].concat().into()),
+            None => Ok(plain),
+        }
+    }
+
+    /// Stored bytes as content: opened when sealed; `None` when the key was destroyed.
+    async fn opened(&self, tenant: &str, sha256: &str, stored: Bytes) -> Result<Option<Bytes>> {
+        let Some(sealed) = stored.strip_prefix(SEALED_MAGIC) else {
+            return Ok(Some(stored));
+        };
+        let sealed_error = |why: String| Error::Sealed {
+            sha256: sha256.to_owned(),
+            why,
+        };
+        let Some(keys) = &self.keys else {
+            return Err(sealed_error(
+                "this process has no key ring (the master key) to open it".into(),
+            ));
+        };
+        let opened = keys
+            .open(tenant, sha256, sealed)
+            .await
+            .map_err(sealed_error)?;
+        Ok(opened.map(Bytes::from))
     }
 
     /// Deletes an artifact of `tenant` (forgetting: the caller checked that nothing else still
@@ -368,6 +445,70 @@ fn scrub(message: &str, secrets: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys that "seal" by reversing the bytes, and know one destroyed artifact.
+    #[derive(Debug)]
+    struct Reversing {
+        destroyed: String,
+    }
+
+    #[async_trait::async_trait]
+    impl ArtifactKeys for Reversing {
+        async fn seal(&self, _: &str, _: &str, plain: &[u8]) -> Result<Option<Vec<u8>>, String> {
+            Ok(Some(plain.iter().rev().copied().collect()))
+        }
+        async fn open(&self, _: &str, sha: &str, sealed: &[u8]) -> Result<Option<Vec<u8>>, String> {
+            Ok((sha != self.destroyed).then(|| sealed.iter().rev().copied().collect()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sealed_artifact_is_stored_marked_and_opens_only_with_keys() {
+        let plain = BlobStore::open("memory://").unwrap();
+        let keys = Arc::new(Reversing {
+            destroyed: strata_core::sha256_hex(b"forgotten words"),
+        });
+        let sealed = plain.clone().with_keys(keys);
+        let a = sealed
+            .put_artifact("acme", Bytes::from_static(b"some words"))
+            .await
+            .unwrap();
+        let stored = plain
+            .store
+            .get(&BlobStore::path("acme", &a.sha256))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert!(stored.starts_with(SEALED_MAGIC), "marked as sealed");
+        assert!(
+            !stored.windows(5).any(|w| w == b"words"),
+            "not in the clear"
+        );
+        assert_eq!(
+            sealed.get_artifact("acme", &a.sha256).await.unwrap(),
+            Some(Bytes::from_static(b"some words"))
+        );
+        let err = plain.get_artifact("acme", &a.sha256).await.unwrap_err();
+        assert!(matches!(err, Error::Sealed { .. }), "{err}");
+        assert!(err.to_string().contains("no key ring"), "{err}");
+        // A destroyed key reads as absent: forgotten.
+        let f = sealed
+            .put_artifact("acme", Bytes::from_static(b"forgotten words"))
+            .await
+            .unwrap();
+        assert_eq!(sealed.get_artifact("acme", &f.sha256).await.unwrap(), None);
+        // A plain artifact reads the same with or without keys.
+        let p = plain
+            .put_artifact("acme", Bytes::from_static(b"plain words"))
+            .await
+            .unwrap();
+        assert_eq!(
+            sealed.get_artifact("acme", &p.sha256).await.unwrap(),
+            Some(Bytes::from_static(b"plain words"))
+        );
+    }
 
     #[tokio::test]
     async fn content_addressed_and_tenant_scoped() {

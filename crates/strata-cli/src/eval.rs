@@ -231,8 +231,11 @@ async fn evaluate(
     let report = if !args.files.is_empty() {
         eval_files(args, options, show_progress).await?
     } else if args.from_archive {
-        let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
         let codec = strata_runtime::open_record_codec(opts).await?;
+        let blobs = strata_runtime::blobs_with_keys(
+            strata_blob::BlobStore::open(&opts.blob_url())?,
+            &codec,
+        );
         let events = archived_events(&blobs, &codec).await?;
         strata_replay::eval(
             ReplaySource::Events(events),
@@ -244,9 +247,13 @@ async fn evaluate(
         .await?
     } else {
         let (log, _lock) = open_log(opts, "strata eval").await?;
-        let blobs = strata_blob::BlobStore::open(&opts.blob_url())?;
+        let codec = strata_runtime::open_record_codec(opts).await?;
+        let blobs = strata_runtime::blobs_with_keys(
+            strata_blob::BlobStore::open(&opts.blob_url())?,
+            &codec,
+        );
         let options = EvalOptions {
-            codec: strata_runtime::open_record_codec(opts).await?,
+            codec,
             ..options.clone()
         };
         strata_replay::eval(

@@ -138,6 +138,10 @@ pub(crate) async fn replay(opts: &BackendOpts, args: &ReplayArgs) -> anyhow::Res
         .as_deref()
         .map(crate::eval::policy_by_version)
         .transpose()?;
+    let codec = match &args.events {
+        Some(_) => strata_keys::RecordCodec::plain(),
+        None => strata_runtime::open_record_codec(opts).await?,
+    };
     let options = ReplayOptions {
         selection: Selection {
             tenant: args.tenant.clone(),
@@ -151,12 +155,12 @@ pub(crate) async fn replay(opts: &BackendOpts, args: &ReplayArgs) -> anyhow::Res
         // Offloaded outputs, for the quality columns' history (a file's are inline).
         blobs: match &args.events {
             Some(_) => None,
-            None => Some(strata_blob::BlobStore::open(&opts.blob_url())?),
+            None => Some(strata_runtime::blobs_with_keys(
+                strata_blob::BlobStore::open(&opts.blob_url())?,
+                &codec,
+            )),
         },
-        codec: match &args.events {
-            Some(_) => strata_keys::RecordCodec::plain(),
-            None => strata_runtime::open_record_codec(opts).await?,
-        },
+        codec,
     };
     let mut sink = progress_line;
     let progress: Option<&mut (dyn FnMut(Progress) + Send)> =

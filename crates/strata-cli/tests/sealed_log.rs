@@ -53,6 +53,23 @@ fn a_sealed_log_reads_back_like_a_plain_one_and_holds_no_text_in_the_clear() {
             "sealed log holds {marker:?}"
         );
     }
+    // The artifacts (outputs too large for the log) are sealed too: the plain deployment's
+    // blobs hold their text, the sealed one's do not.
+    let artifact_text: Vec<String> = blob_files(&plain.join("blobs"))
+        .iter()
+        .filter_map(|bytes| bytes.get(100..140))
+        .filter_map(|w| std::str::from_utf8(w).ok())
+        .filter(|w| w.chars().all(|c| c.is_ascii_graphic() || c == ' '))
+        .map(str::to_owned)
+        .collect();
+    assert!(!artifact_text.is_empty(), "the demo stores artifacts");
+    let sealed_blobs = bytes_under(&sealed.join("blobs"));
+    for text in &artifact_text {
+        assert!(
+            !contains(&sealed_blobs, text),
+            "a sealed artifact holds {text:?}"
+        );
+    }
     // The key store holds keys wrapped, never the master key that wraps them.
     let master = std::fs::read_to_string(sealed.join("master.key")).expect("master key");
     let mut stores = std::fs::read(sealed.join("keys.db")).expect("keys.db");
@@ -104,4 +121,21 @@ fn a_sealed_log_reads_back_like_a_plain_one_and_holds_no_text_in_the_clear() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("does not unwrap"), "{stderr}");
+}
+
+/// The contents of every file under `dir`, one by one.
+fn blob_files(dir: &Path) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(std::fs::read(&path).expect("read"));
+            }
+        }
+    }
+    out
 }

@@ -66,6 +66,42 @@ impl DataKey {
     fn cipher(&self) -> &Aes256Gcm {
         &self.cipher
     }
+
+    /// `plaintext` sealed on its own (an artifact's bytes): a random nonce, then AES-256-GCM of
+    /// it with `bound` as associated data (what the bytes belong to, so that they cannot be
+    /// moved).
+    pub fn seal_bytes(&self, bound: &[u8], plaintext: &[u8]) -> Vec<u8> {
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::rng().fill_bytes(&mut nonce);
+        let payload = AeadPayload {
+            msg: plaintext,
+            aad: bound,
+        };
+        let sealed = self
+            .cipher()
+            .encrypt(Nonce::from_slice(&nonce), payload)
+            .expect("AES-GCM encrypts any length this process can hold");
+        let mut out = Vec::with_capacity(NONCE_LEN + sealed.len());
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        out
+    }
+
+    /// Opens what [`DataKey::seal_bytes`] sealed with the same `bound`; `None` when it does not
+    /// authenticate (another key, other bytes, another binding).
+    pub fn open_bytes(&self, bound: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        if sealed.len() < NONCE_LEN + TAG_LEN {
+            return None;
+        }
+        let (nonce, ciphertext) = sealed.split_at(NONCE_LEN);
+        let payload = AeadPayload {
+            msg: ciphertext,
+            aad: bound,
+        };
+        self.cipher()
+            .decrypt(Nonce::from_slice(nonce), payload)
+            .ok()
+    }
 }
 
 impl Drop for DataKey {
@@ -245,4 +281,33 @@ fn hex(bytes: &[u8]) -> String {
         let _ = write!(s, "{b:02x}");
         s
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealed_bytes_open_with_their_key_and_binding_only() {
+        let key = DataKey::generate();
+        let sealed = key.seal_bytes(b"acme\0abc", b"the artifact's words");
+        assert!(
+            !sealed.windows(5).any(|w| w == b"words"),
+            "no plaintext in the sealed bytes"
+        );
+        assert_eq!(
+            key.open_bytes(b"acme\0abc", &sealed).as_deref(),
+            Some(&b"the artifact's words"[..])
+        );
+        assert_eq!(key.open_bytes(b"globex\0abc", &sealed), None, "moved");
+        assert_eq!(DataKey::generate().open_bytes(b"acme\0abc", &sealed), None);
+        let mut flipped = sealed.clone();
+        flipped[NONCE_LEN + 1] ^= 1;
+        assert_eq!(key.open_bytes(b"acme\0abc", &flipped), None, "tampered");
+        assert_eq!(
+            key.open_bytes(b"acme\0abc", &sealed[..10]),
+            None,
+            "cut short"
+        );
+    }
 }

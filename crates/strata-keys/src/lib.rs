@@ -15,7 +15,9 @@ mod store;
 use std::path::PathBuf;
 
 pub use master::MasterKey;
-pub use ring::{session_subject, KeyRing, RecordCodec, DEFAULT_CACHED_KEYS, KEY_CACHE_TTL};
+pub use ring::{
+    artifact_subject, session_subject, KeyRing, RecordCodec, DEFAULT_CACHED_KEYS, KEY_CACHE_TTL,
+};
 pub use store::{
     open, DestroyedKeys, ForgetEntry, KeyStore, PgKeyStore, Sealing, SqliteKeyStore, StoredKey,
 };

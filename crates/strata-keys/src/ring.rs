@@ -29,6 +29,12 @@ pub fn session_subject(session_id: &str) -> String {
     format!("session:{session_id}")
 }
 
+/// The subject name of an artifact's key: one per content, shared by the sessions that stored
+/// it, destroyed when the last of them is forgotten.
+pub fn artifact_subject(sha256: &str) -> String {
+    format!("artifact:{sha256}")
+}
+
 /// Data keys by subject: created on first use, wrapped by the master key in the key store, and
 /// held unwrapped in a bounded cache.
 #[derive(Debug)]
@@ -75,27 +81,72 @@ impl KeyRing {
     /// The key that seals `session`'s new events, created when the session has none. Fails
     /// with [`Error::Forgotten`] when the session's key was destroyed.
     pub async fn sealing_key(&self, tenant_id: &str, session_id: &str) -> Result<Arc<DataKey>> {
-        let subject = session_subject(session_id);
-        if let Some(key) = self.cached(tenant_id, &subject) {
-            return Ok(key);
+        self.subject_key(tenant_id, &session_subject(session_id))
+            .await?
+            .ok_or_else(|| Error::Forgotten {
+                tenant_id: tenant_id.to_owned(),
+                session_id: session_id.to_owned(),
+            })
+    }
+
+    /// The key of `subject` (a session's, an artifact's), created when it has none; `None` when
+    /// it was destroyed.
+    pub async fn subject_key(
+        &self,
+        tenant_id: &str,
+        subject: &str,
+    ) -> Result<Option<Arc<DataKey>>> {
+        if let Some(key) = self.cached(tenant_id, subject) {
+            return Ok(Some(key));
         }
-        let stored = match self.store.get(tenant_id, &subject).await? {
+        let stored = match self.store.get(tenant_id, subject).await? {
             Some(stored) => stored,
             None => {
                 let fresh = DataKey::generate();
                 let candidate = StoredKey {
                     tenant_id: tenant_id.to_owned(),
-                    subject: subject.clone(),
+                    subject: subject.to_owned(),
                     key_id: fresh.id().to_owned(),
-                    wrapped: Some(self.master.wrap(&fresh, tenant_id, &subject)),
+                    wrapped: Some(self.master.wrap(&fresh, tenant_id, subject)),
                 };
                 self.store.insert_if_absent(&candidate).await?
             }
         };
-        self.unwrapped(stored)?.ok_or_else(|| Error::Forgotten {
-            tenant_id: tenant_id.to_owned(),
-            session_id: session_id.to_owned(),
-        })
+        self.unwrapped(stored)
+    }
+
+    /// The key `key_id` of `subject`; `None` when it was destroyed, or is not the subject's.
+    pub async fn subject_opening_key(
+        &self,
+        tenant_id: &str,
+        subject: &str,
+        key_id: &str,
+    ) -> Result<Option<Arc<DataKey>>> {
+        if let Some(key) = self.cached(tenant_id, subject).filter(|k| k.id() == key_id) {
+            return Ok(Some(key));
+        }
+        match self.store.get(tenant_id, subject).await? {
+            Some(stored) if stored.key_id == key_id => self.unwrapped(stored),
+            _ => Ok(None),
+        }
+    }
+
+    /// Destroys an artifact's key and removes it ([`KeyStore::remove`]): every sealed copy of the
+    /// artifact is unreadable, and the same content stored again later gets a new key.
+    pub async fn remove_artifact_key(&self, tenant_id: &str, sha256: &str) -> Result<bool> {
+        let subject = artifact_subject(sha256);
+        self.evict(tenant_id, &subject);
+        let destroyed = self.store.remove(tenant_id, &subject).await?;
+        self.evict(tenant_id, &subject);
+        Ok(destroyed)
+    }
+
+    /// Destroys `subject`'s key; returns whether a live key was destroyed.
+    pub async fn destroy_subject_key(&self, tenant_id: &str, subject: &str) -> Result<bool> {
+        self.evict(tenant_id, subject);
+        let destroyed = self.store.destroy(tenant_id, subject).await?;
+        self.evict(tenant_id, subject);
+        Ok(destroyed)
     }
 
     /// Makes and stores the keys of the `sessions` that have none, in one durable write, and
@@ -177,11 +228,8 @@ impl KeyRing {
     /// Destroys `session`'s key: every sealed record of the session becomes unreadable, in
     /// every copy of the log. Returns whether a live key was destroyed.
     pub async fn destroy_session_key(&self, tenant_id: &str, session_id: &str) -> Result<bool> {
-        let subject = session_subject(session_id);
-        self.evict(tenant_id, &subject);
-        let destroyed = self.store.destroy(tenant_id, &subject).await?;
-        self.evict(tenant_id, &subject);
-        Ok(destroyed)
+        self.destroy_subject_key(tenant_id, &session_subject(session_id))
+            .await
     }
 
     fn unwrapped(&self, stored: StoredKey) -> Result<Option<Arc<DataKey>>> {

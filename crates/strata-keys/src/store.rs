@@ -81,6 +81,11 @@ pub trait KeyStore: Send + Sync + std::fmt::Debug {
     /// marker that the subject was forgotten. Returns whether a live key was destroyed.
     async fn destroy(&self, tenant_id: &str, subject: &str) -> Result<bool>;
 
+    /// Destroys the subject's key as [`KeyStore::destroy`] does, then removes its row: no marker
+    /// stays, so the subject may get a new key later (an artifact stored again after the
+    /// sessions that stored it were forgotten). Returns whether a live key was destroyed.
+    async fn remove(&self, tenant_id: &str, subject: &str) -> Result<bool>;
+
     /// Writes a forget's audit entry (inserted, or updated by `forget_id`).
     async fn record_forget(&self, entry: &ForgetEntry) -> Result<()>;
 
@@ -403,6 +408,17 @@ impl KeyStore for SqliteKeyStore {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn remove(&self, tenant_id: &str, subject: &str) -> Result<bool> {
+        let destroyed = self.destroy(tenant_id, subject).await?;
+        sqlx::query("DELETE FROM data_keys WHERE tenant_id = ? AND subject = ?")
+            .bind(tenant_id)
+            .bind(subject)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::store("remove a data key", e))?;
+        Ok(destroyed)
+    }
+
     async fn record_forget(&self, entry: &ForgetEntry) -> Result<()> {
         bind_audit(sqlx::query(&upsert_audit("", ["?"; 8])), entry)
             .execute(&self.pool)
@@ -639,6 +655,17 @@ impl KeyStore for PgKeyStore {
             }
         });
         Ok(Some(rx))
+    }
+
+    async fn remove(&self, tenant_id: &str, subject: &str) -> Result<bool> {
+        let destroyed = self.destroy(tenant_id, subject).await?;
+        sqlx::query("DELETE FROM strata_keys.data_keys WHERE tenant_id = $1 AND subject = $2")
+            .bind(tenant_id)
+            .bind(subject)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::store("remove a data key", e))?;
+        Ok(destroyed)
     }
 
     async fn record_forget(&self, entry: &ForgetEntry) -> Result<()> {

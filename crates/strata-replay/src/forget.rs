@@ -504,6 +504,8 @@ async fn carry_out(
         report.sets += 1;
     }
     for sha256 in orphaned {
+        // Its key first: a copy of a sealed artifact left anywhere is unreadable from here.
+        ring.remove_artifact_key(&tenant, &sha256).await?;
         if backends.blobs.delete_artifact(&tenant, &sha256).await? {
             report.artifacts_deleted += 1;
         }

@@ -16,6 +16,7 @@ use strata_log::{EventLog, FileLogOptions, FsyncPolicy};
 use strata_store::ProjectionStore;
 
 pub mod admin;
+mod artifacts;
 pub mod auth;
 mod error;
 pub mod http_server;
@@ -393,6 +394,7 @@ impl Backends {
         let Some(codec) = sealing::record_codec(opts, Some(log.as_ref()), &mut retry).await? else {
             return Ok(None);
         };
+        let blobs = blobs_with_keys(blobs, &codec);
         Ok(Some(Backends {
             log,
             store,
@@ -408,6 +410,19 @@ impl Backends {
     /// Path of a file inside the data directory.
     pub fn data_path(&self, name: &str) -> PathBuf {
         self.data_dir.join(name)
+    }
+}
+
+/// `blobs` opening sealed artifacts with `codec`'s key ring, and sealing new ones when it
+/// seals; as it was when `codec` has no keys. For a process that opens the blob store beside a
+/// codec of its own ([`open_record_codec`]) rather than through [`Backends`].
+pub fn blobs_with_keys(blobs: BlobStore, codec: &RecordCodec) -> BlobStore {
+    match codec.keys() {
+        Some(ring) => blobs.with_keys(Arc::new(artifacts::SealedArtifacts {
+            ring: Arc::clone(ring),
+            seal: codec.seals(),
+        })),
+        None => blobs,
     }
 }
 
