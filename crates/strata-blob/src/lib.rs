@@ -386,6 +386,61 @@ impl BlobStore {
         Ok(())
     }
 
+    /// Every artifact of every tenant, as `(tenant, sha256)`.
+    pub async fn artifacts(&self) -> Result<Vec<(String, String)>> {
+        use futures::TryStreamExt;
+        let listed: Vec<_> = self
+            .store
+            .list(Some(&Path::from("tenants")))
+            .try_collect()
+            .await
+            .map_err(|e| self.error("list", e))?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|meta| {
+                let parts: Vec<String> = meta
+                    .location
+                    .parts()
+                    .map(|p| p.as_ref().to_owned())
+                    .collect();
+                match parts.as_slice() {
+                    [root, tenant, artifacts, algo, _, sha256]
+                        if root == "tenants" && artifacts == "artifacts" && algo == "sha256" =>
+                    {
+                        Some((tenant.clone(), sha256.clone()))
+                    }
+                    _ => None,
+                }
+            })
+            .collect())
+    }
+
+    /// Seals an artifact stored in the clear, in place (one overwrite, atomic on every backend);
+    /// returns whether it did: not for one sealed already, nor when the store's keys do not seal.
+    pub async fn seal_stored(&self, tenant: &str, sha256: &str) -> Result<bool> {
+        let path = Self::path(tenant, sha256);
+        let stored = match self.store.get(&path).await {
+            Ok(r) => r.bytes().await.map_err(|e| self.error("get", e))?,
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(self.error("get", e)),
+        };
+        if stored.starts_with(SEALED_MAGIC) {
+            return Ok(false);
+        }
+        if strata_core::sha256_hex(&stored) != sha256 {
+            return Err(Error::Corrupt(sha256.to_owned()));
+        }
+        let sealed = self.sealed(tenant, sha256, stored.clone()).await?;
+        if sealed == stored {
+            return Ok(false);
+        }
+        self.store
+            .put(&path, PutPayload::from(sealed))
+            .await
+            .map_err(|e| self.error("put", e))?;
+        Ok(true)
+    }
+
     /// The bytes of an object written by [`BlobStore::put_object`]; `None` when absent.
     pub async fn get_object(&self, path: &str) -> Result<Option<Bytes>> {
         let path = Path::parse(path).map_err(|e| Error::InvalidId(format!("{path}: {e}")))?;
@@ -504,6 +559,25 @@ mod tests {
             .put_artifact("acme", Bytes::from_static(b"plain words"))
             .await
             .unwrap();
+        assert_eq!(
+            sealed.get_artifact("acme", &p.sha256).await.unwrap(),
+            Some(Bytes::from_static(b"plain words"))
+        );
+        // ...and is sealed in place on request, once.
+        assert_eq!(plain.artifacts().await.unwrap().len(), 3);
+        assert!(
+            !plain.seal_stored("acme", &p.sha256).await.unwrap(),
+            "no keys"
+        );
+        assert!(sealed.seal_stored("acme", &p.sha256).await.unwrap());
+        assert!(
+            !sealed.seal_stored("acme", &p.sha256).await.unwrap(),
+            "once"
+        );
+        assert!(
+            plain.get_artifact("acme", &p.sha256).await.is_err(),
+            "sealed now"
+        );
         assert_eq!(
             sealed.get_artifact("acme", &p.sha256).await.unwrap(),
             Some(Bytes::from_static(b"plain words"))

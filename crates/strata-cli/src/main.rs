@@ -675,14 +675,16 @@ async fn seal_migrate(opts: &BackendOpts) -> anyhow::Result<()> {
     .await?;
     println!(
         "sealed {} event(s) of {} session(s) in place ({} of {} segment(s) rewritten; {} \
-         already sealed, {} record(s) that are no event left as they were) in {:.1}s; sealing \
-         is on, and every session can be forgotten",
+         already sealed, {} record(s) that are no event left as they were) and {} of {} \
+         artifact(s) in {:.1}s; sealing is on, and every session can be forgotten",
         report.sealed,
         report.sessions,
         report.rewritten,
         report.segments,
         report.already_sealed,
         report.not_events,
+        report.artifacts_sealed,
+        report.artifacts,
         started.elapsed().as_secs_f64()
     );
     Ok(())

@@ -228,6 +228,7 @@ fn an_unsealed_deployment_sealed_in_place_by_migrate_forgets_and_reads_back_the_
         "in the clear before"
     );
     assert!(contains(&log, "KEPT-MARKER"));
+    assert!(contains(&bytes_under(&data.join("blobs")), "KEPT-OUTPUT"));
 
     let out = strata(&data, "", &["seal", "--migrate"]);
     let (stdout, stderr) = (
@@ -244,10 +245,13 @@ fn an_unsealed_deployment_sealed_in_place_by_migrate_forgets_and_reads_back_the_
     assert!(sealed > 10, "{stdout}");
     assert!(stdout.contains("of 2 session(s)"), "{stdout}");
 
-    // Nothing of either session is on the log in the clear now, and it reads back the same.
+    // Nothing of either session is on the log or in the blobs in the clear now, and it reads
+    // back the same.
+    assert!(stdout.contains("artifact(s)"), "{stdout}");
     let log = bytes_under(&data.join("log"));
     assert!(!markers.iter().any(|m| contains(&log, m)), "sealed after");
     assert!(!contains(&log, "KEPT-MARKER"));
+    assert!(!contains(&bytes_under(&data.join("blobs")), "KEPT-OUTPUT"));
     assert!(sealing::ok(&data, "", &["seal"]).starts_with("sealing on"));
     sealing::ok(&data, "", &["rebuild"]);
     assert_eq!(export(&data, "demo-invoice-fix"), demo);

@@ -1,6 +1,6 @@
 //! `strata seal --migrate`: a deployment that wrote its log in the clear made forgettable. Every
-//! plain event on the embedded file log is sealed with its session's data key, in place, one
-//! segment at a time ([`strata_log::file::rewrite`]): offsets stay, so consumer groups and the
+//! plain event on the embedded file log is sealed with its session's data key, and every plain
+//! artifact with a key of its own, in place; the log one segment at a time ([`strata_log::file::rewrite`]): offsets stay, so consumer groups and the
 //! positions projections recorded stay valid, and a crash leaves each segment either as it was
 //! or sealed (both readable), so running it again finishes the work.
 
@@ -30,6 +30,9 @@ pub struct MigrateReport {
     pub not_events: u64,
     /// Sessions with an event sealed now.
     pub sessions: usize,
+    /// Artifacts sealed now, of those stored.
+    pub artifacts_sealed: usize,
+    pub artifacts: usize,
 }
 
 /// One segment done: its position among all, and the report so far.
@@ -97,6 +100,15 @@ pub async fn migrate(
             segment,
             so_far: &report,
         });
+    }
+    // The artifacts stored in the clear, sealed in place the same way.
+    let blobs = crate::blobs_with_keys(strata_blob::BlobStore::open(&opts.blob_url())?, &codec);
+    let artifacts = blobs.artifacts().await?;
+    report.artifacts = artifacts.len();
+    for (tenant, sha256) in &artifacts {
+        if blobs.seal_stored(tenant, sha256).await? {
+            report.artifacts_sealed += 1;
+        }
     }
     Ok(report)
 }
