@@ -6,7 +6,7 @@ mod sealing;
 
 use std::path::Path;
 
-use sealing::{bytes_under, contains, ok, strata};
+use sealing::{bytes_under, contains, files_under, ok, strata};
 
 /// The session's events as exported, without the assembly records (their ids are random).
 fn history(data_dir: &Path, seal: &str) -> Vec<serde_json::Value> {
@@ -55,7 +55,7 @@ fn a_sealed_log_reads_back_like_a_plain_one_and_holds_no_text_in_the_clear() {
     }
     // The artifacts (outputs too large for the log) are sealed too: the plain deployment's
     // blobs hold their text, the sealed one's do not.
-    let artifact_text: Vec<String> = blob_files(&plain.join("blobs"))
+    let artifact_text: Vec<String> = files_under(&plain.join("blobs"))
         .iter()
         .filter_map(|bytes| bytes.get(100..140))
         .filter_map(|w| std::str::from_utf8(w).ok())
@@ -121,21 +121,4 @@ fn a_sealed_log_reads_back_like_a_plain_one_and_holds_no_text_in_the_clear() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("does not unwrap"), "{stderr}");
-}
-
-/// The contents of every file under `dir`, one by one.
-fn blob_files(dir: &Path) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).expect("read dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.push(std::fs::read(&path).expect("read"));
-            }
-        }
-    }
-    out
 }

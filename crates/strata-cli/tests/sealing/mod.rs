@@ -46,6 +46,11 @@ pub(crate) fn ok(data_dir: &Path, seal: &str, args: &[&str]) -> String {
 
 /// Every file under `dir`, concatenated.
 pub(crate) fn bytes_under(dir: &Path) -> Vec<u8> {
+    files_under(dir).concat()
+}
+
+/// The contents of every file under `dir`, one by one.
+pub(crate) fn files_under(dir: &Path) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut stack: Vec<PathBuf> = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
@@ -54,7 +59,7 @@ pub(crate) fn bytes_under(dir: &Path) -> Vec<u8> {
             if path.is_dir() {
                 stack.push(path);
             } else {
-                out.extend(std::fs::read(&path).expect("read"));
+                out.push(std::fs::read(&path).expect("read"));
             }
         }
     }
